@@ -1,0 +1,205 @@
+"""Read and write ann-benchmarks' HDF5 data-set files.
+
+Layout (as written by ``ann_benchmarks/datasets.py``, ``write_output``):
+
+- datasets ``train`` [n, d] and ``test`` [m, d] (float), ``neighbors`` [m, k] (int32, the
+  exact top-k train ids of each test vector, best first) and ``distances`` [m, k] (float32);
+- file attributes ``distance`` (``"euclidean"``, ``"angular"`` or ``"dot"`` for float data),
+  ``point_type`` (``"float"``), ``dimension`` (d) and ``type`` (``"dense"``).
+
+h5py is an optional extra (``pip install bbqlib[hdf5]``), imported only when these functions run.
+"""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from bbqlib.io.vectors import PathLike, atomic_path, iter_vector_batches
+
+__all__ = [
+    "ANN_BENCHMARKS_DISTANCES",
+    "AnnBenchmarksDataset",
+    "read_ann_benchmarks",
+    "read_ann_benchmarks_metric",
+    "write_ann_benchmarks",
+]
+
+#: The ``distance`` attribute values of ann-benchmarks' float data sets.
+ANN_BENCHMARKS_DISTANCES = ("euclidean", "angular", "dot")
+_DATASETS = ("train", "test", "neighbors", "distances")
+
+
+class AnnBenchmarksDataset(NamedTuple):
+    """The four arrays of an ann-benchmarks file.
+
+    Unpacks as ``train, test, neighbors, distances``; the metric is
+    :func:`read_ann_benchmarks_metric`.
+    """
+
+    train: np.ndarray
+    test: np.ndarray
+    neighbors: np.ndarray
+    distances: np.ndarray
+
+
+def _h5py() -> Any:
+    try:
+        import h5py
+    except ImportError as exc:
+        raise ImportError(
+            "reading or writing ann-benchmarks HDF5 files needs h5py: pip install bbqlib[hdf5]"
+        ) from exc
+    return h5py
+
+
+def _open(path: PathLike) -> Any:
+    h5py = _h5py()
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(errno.ENOENT, "ann-benchmarks file not found", str(path))
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:  # h5py's "file signature not found" and friends
+        raise ValueError(f"{str(path)!r} is not a readable HDF5 file: {exc}") from exc
+
+
+def read_ann_benchmarks(path: PathLike, *, mmap: bool = False) -> AnnBenchmarksDataset:
+    """Read an ann-benchmarks HDF5 data set.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        An ann-benchmarks ``.hdf5`` file (e.g. ``glove-100-angular.hdf5``).
+    mmap : bool, default False
+        Memory-map each dataset stored contiguously and uncompressed (the layout ann-benchmarks
+        writes) instead of reading it into RAM; others are read.
+
+    Returns
+    -------
+    AnnBenchmarksDataset
+        ``(train, test, neighbors, distances)`` in their stored dtypes. The metric is
+        :func:`read_ann_benchmarks_metric`.
+
+    Raises
+    ------
+    ImportError
+        h5py is not installed.
+    FileNotFoundError, ValueError
+        Missing file, not HDF5, a dataset missing or shapes that do not fit together.
+
+    Examples
+    --------
+    >>> path = "glove-25-angular.hdf5"
+    >>> train, test, neighbors, distances = read_ann_benchmarks(path)  # doctest: +SKIP
+    >>> read_ann_benchmarks_metric(path)  # doctest: +SKIP
+    'angular'
+    """
+    with _open(path) as f:
+        missing = [name for name in _DATASETS if name not in f]
+        if missing:
+            raise ValueError(
+                f"{str(path)!r} is not an ann-benchmarks file: datasets {missing} are missing "
+                f"(it has {sorted(f.keys())})"
+            )
+        arrays = [_load(f[name], path, mmap) for name in _DATASETS]
+    dataset = AnnBenchmarksDataset(*arrays)
+    _check_shapes(dataset, f"{str(path)!r}")
+    return dataset
+
+
+def _load(dset: Any, path: PathLike, mmap: bool) -> np.ndarray:
+    offset = dset.id.get_offset()  # None unless contiguous and allocated
+    if mmap and offset is not None and dset.chunks is None and not dset.external:
+        return np.memmap(path, dtype=dset.dtype, mode="r", offset=offset, shape=dset.shape)
+    return dset[()]
+
+
+def read_ann_benchmarks_metric(path: PathLike) -> str:
+    """The ``distance`` attribute of an ann-benchmarks file: ``"euclidean"``, ``"angular"``..."""
+    with _open(path) as f:
+        if "distance" not in f.attrs:
+            raise ValueError(
+                f"{str(path)!r} has no 'distance' attribute; it is not an ann-benchmarks file"
+            )
+        value = f.attrs["distance"]
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def write_ann_benchmarks(
+    path: PathLike,
+    train: np.ndarray,
+    test: np.ndarray,
+    neighbors: np.ndarray,
+    distances: np.ndarray,
+    distance: str,
+) -> Path:
+    """Write a data set in exactly ann-benchmarks' HDF5 layout, atomically.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        Output file (ann-benchmarks names them ``<name>-<d>-<distance>.hdf5``).
+    train, test : array-like, [n, d] and [m, d]
+        Stored as float32; ``train`` is copied in blocks, so a memory-mapped array larger than
+        RAM is fine.
+    neighbors : array-like of int, [m, k]
+        Exact top-k ``train`` ids per test vector, best first; stored as int32.
+    distances : array-like, [m, k]
+        Their distances (ann-benchmarks' convention for ``distance``); stored as float32.
+    distance : {"euclidean", "angular", "dot"}
+        The metric, stored in the ``distance`` attribute.
+
+    Returns
+    -------
+    pathlib.Path
+        The path written.
+    """
+    h5py = _h5py()
+    if distance not in ANN_BENCHMARKS_DISTANCES:
+        raise ValueError(
+            f"distance: must be one of {ANN_BENCHMARKS_DISTANCES} (float data sets), "
+            f"got {distance!r}"
+        )
+    train = train if hasattr(train, "shape") else np.asarray(train)
+    test, neighbors, distances = (np.asarray(a) for a in (test, neighbors, distances))
+    if neighbors.dtype.kind not in "iu":
+        raise TypeError(f"neighbors: expected integer ids, got dtype {neighbors.dtype}")
+    dataset = AnnBenchmarksDataset(train, test, neighbors, distances)
+    _check_shapes(dataset, "write_ann_benchmarks")
+    if neighbors.size and (neighbors.min() < 0 or neighbors.max() >= train.shape[0]):
+        raise ValueError(
+            f"neighbors: ids must lie in [0, {train.shape[0]}) (rows of train), got "
+            f"[{neighbors.min()}, {neighbors.max()}]"
+        )
+    path = Path(path)
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs["type"] = "dense"
+        f.attrs["distance"] = distance
+        f.attrs["dimension"] = int(train.shape[1])
+        f.attrs["point_type"] = "float"
+        out = f.create_dataset("train", shape=train.shape, dtype="f")
+        start = 0
+        for block in iter_vector_batches(train, batch_size=65536):
+            out[start : start + len(block)] = block
+            start += len(block)
+        f.create_dataset("test", data=np.asarray(test, dtype=np.float32))
+        f.create_dataset("neighbors", data=neighbors.astype(np.int32))
+        f.create_dataset("distances", data=np.asarray(distances, dtype=np.float32))
+    return path
+
+
+def _check_shapes(ds: AnnBenchmarksDataset, where: str) -> None:
+    train, test, neighbors, distances = (tuple(a.shape) for a in ds)
+    problems = []
+    if len(train) != 2 or len(test) != 2 or train[1:] != test[1:]:
+        problems.append(f"train {train} and test {test} must be 2-D with the same d")
+    if len(neighbors) != 2 or neighbors != distances or neighbors[:1] != test[:1]:
+        problems.append(
+            f"neighbors {neighbors} and distances {distances} must both be [len(test), k]"
+        )
+    if problems:
+        raise ValueError(f"{where}: inconsistent shapes: " + "; ".join(problems))
