@@ -7,7 +7,6 @@ speed: ``ctpop`` lowers to the POPCNT instruction where the CPU has it.
 from __future__ import annotations
 
 from numba import types
-from numba.core import cgutils  # noqa: F401  (kept for numba's lowering helpers)
 from numba.extending import intrinsic
 
 from .policy import kernel
@@ -17,7 +16,8 @@ __all__ = ["popcount64"]
 
 @intrinsic
 def _ctpop_u64(typingctx, value):
-    sig = types.uint64(types.uint64)
+    # Returned as int64 (same LLVM type): numba promotes uint64 + int64 to float64.
+    sig = types.int64(types.uint64)
 
     def codegen(context, builder, signature, args):
         (val,) = args
@@ -28,5 +28,5 @@ def _ctpop_u64(typingctx, value):
 
 @kernel
 def popcount64(value):
-    """Number of set bits of a uint64 (compiled; call from other kernels)."""
+    """Number of set bits of a uint64, as int64 (compiled; call from other kernels)."""
     return _ctpop_u64(value)

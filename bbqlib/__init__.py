@@ -1,0 +1,31 @@
+"""bbqlib: BBQ / OSQ, RaBitQ and int8 vector quantization with numba kernels.
+
+Quantizers (``fit`` / ``encode`` / ``estimate`` / ``similarity_scores``) produce
+:class:`EncodedVectors`; indexes (:class:`FlatIndex`) scan them with numba kernels and rerank
+on float vectors. See the README for a tour.
+"""
+
+from ._load import load
+from ._validation import NotFittedError
+from .encoding import ENCODINGS, Encoding, get_encoding
+from .index import FlatIndex
+from .io.container import CorruptFileError
+from .quantizers import BBQQuantizer, EncodedVectors, Quantizer
+from .similarity import Similarity
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BBQQuantizer",
+    "CorruptFileError",
+    "ENCODINGS",
+    "EncodedVectors",
+    "Encoding",
+    "FlatIndex",
+    "NotFittedError",
+    "Quantizer",
+    "Similarity",
+    "get_encoding",
+    "load",
+    "__version__",
+]

@@ -1,0 +1,115 @@
+"""Input checks shared by the public API: one error template, no asserts.
+
+Every check raises ``ValueError`` / ``TypeError`` naming the parameter, the constraint, the
+value received and the fix. Checks never modify the caller's arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .similarity import Similarity
+
+__all__ = [
+    "NotFittedError",
+    "check_vectors",
+    "check_k",
+    "check_in",
+    "prepare_for_similarity",
+    "UNIT_NORM_TOLERANCE",
+]
+
+#: Tolerance on ``| ||v||² - 1 |`` for ``dot_product`` (Elasticsearch uses 1e-4).
+UNIT_NORM_TOLERANCE = 1e-4
+
+
+class NotFittedError(ValueError, AttributeError):
+    """Raised when a quantizer or index is used before ``fit`` / ``add``."""
+
+
+def check_vectors(
+    X,
+    name: str = "X",
+    *,
+    dim: int | None = None,
+    allow_1d: bool = False,
+    allow_empty: bool = False,
+) -> np.ndarray:
+    """Validate a float matrix and return it as C-contiguous float32 (a copy when converted).
+
+    Parameters
+    ----------
+    X : array_like of float, shape (n, d) (or (d,) when ``allow_1d``)
+    name : parameter name used in messages.
+    dim : expected dimension, if known.
+    allow_1d : treat a 1-D array as one row.
+    allow_empty : accept zero rows.
+    """
+    arr = np.asarray(X)
+    if arr.dtype == object or not np.issubdtype(arr.dtype, np.floating):
+        raise TypeError(
+            f"{name} must be a float array (float16/32/64), got dtype {arr.dtype}; "
+            f"convert with np.asarray({name}, dtype=np.float32)"
+        )
+    if arr.ndim == 1 and allow_1d:
+        arr = arr[None, :]
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (n, d), got shape {arr.shape}")
+    if arr.shape[0] == 0 and not allow_empty:
+        raise ValueError(f"{name} is empty (shape {arr.shape}); pass at least one vector")
+    if arr.shape[1] == 0:
+        raise ValueError(f"{name} has zero dimensions (shape {arr.shape})")
+    if dim is not None and arr.shape[1] != dim:
+        raise ValueError(
+            f"{name} has dimension {arr.shape[1]} but the quantizer/index was fitted with "
+            f"dimension {dim}; pass vectors of dimension {dim}"
+        )
+    out = np.ascontiguousarray(arr, dtype=np.float32)
+    if not np.isfinite(out).all():
+        bad = np.flatnonzero(~np.isfinite(out).all(axis=1))
+        raise ValueError(
+            f"{name} contains NaN or inf (or values beyond float32 range) in "
+            f"{bad.size} row(s), first at row {bad[0]}; remove or fix them"
+        )
+    return out
+
+
+def check_k(k, name: str = "k") -> int:
+    """A positive integer."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {k!r}")
+    return int(k)
+
+
+def check_in(value, allowed, name: str):
+    """``value`` must be one of ``allowed``."""
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+    return value
+
+
+def prepare_for_similarity(X: np.ndarray, similarity: Similarity, name: str = "X") -> np.ndarray:
+    """Apply the similarity's input rules to validated float32 rows.
+
+    cosine normalizes (zero vectors are an error); dot_product requires unit vectors, as in
+    Elasticsearch. Returns a new array when it normalizes, never modifies ``X``.
+    """
+    if similarity is Similarity.COSINE:
+        norms = np.sqrt(np.einsum("ij,ij->i", X, X, dtype=np.float64))
+        zero = np.flatnonzero(norms == 0)
+        if zero.size:
+            raise ValueError(
+                f"{name} has {zero.size} zero vector(s) (first at row {zero[0]}), which have no "
+                "direction under cosine similarity; remove them or use euclidean"
+            )
+        return (X / norms[:, None]).astype(np.float32)
+    if similarity is Similarity.DOT_PRODUCT:
+        sq = np.einsum("ij,ij->i", X, X, dtype=np.float64)
+        off = np.flatnonzero(np.abs(sq - 1.0) > UNIT_NORM_TOLERANCE)
+        if off.size:
+            raise ValueError(
+                f"dot_product requires unit-length vectors, but {off.size} row(s) of {name} are not "
+                f"(row {off[0]} has squared norm {sq[off[0]]:.6g}); normalize them, or use "
+                "similarity='cosine' (normalizes for you) or 'max_inner_product' (any length)"
+            )
+    return X

@@ -1,0 +1,249 @@
+"""FlatIndex: every code scanned by the numba kernels, then an exact rerank."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .._validation import check_k, check_vectors, prepare_for_similarity
+from ..io.container import read_container, write_container
+from ..quantizers import BBQQuantizer, EncodedVectors, Quantizer, quantizer_from_state
+from .rerank import candidate_count, check_oversample, exact_rerank, finish
+
+__all__ = ["FlatIndex"]
+
+_KIND = "flat_index"
+
+
+class FlatIndex:
+    """Brute-force search over quantized codes with optional exact rerank.
+
+    Parameters
+    ----------
+    quantizer : Quantizer, optional
+        A quantizer (fitted or not). If not given, a :class:`~bbqlib.BBQQuantizer` is built
+        from ``bits``, ``query_bits``, ``similarity``, ``precondition`` and ``seed``. An
+        unfitted quantizer is fitted on the first :meth:`add` (its centroid stays fixed).
+    bits, query_bits, similarity, precondition, seed
+        Passed to :class:`~bbqlib.BBQQuantizer` when ``quantizer`` is None.
+    store_vectors : bool
+        Keep the float vectors for exact reranking (default True).
+
+    Notes
+    -----
+    :meth:`search` returns ``(scores, ids)`` like faiss's ``(D, I)``: float32 scores where
+    higher is better (Lucene's mappings: ``1 / (1 + d²)`` for euclidean, ``(1 + cos) / 2`` for
+    cosine and dot_product, the max-inner-product mapping otherwise), int64 ids, padded with
+    ``-inf`` / ``-1``. Ranking uses the raw estimate, ties broken by the lower id.
+
+    Examples
+    --------
+    >>> import numpy as np, bbqlib
+    >>> X = np.random.default_rng(0).normal(size=(2000, 64)).astype(np.float32)
+    >>> index = bbqlib.FlatIndex(bits=1, similarity="cosine")
+    >>> index.add(X)
+    >>> scores, ids = index.search(X[:3], k=5)
+    >>> ids[:, 0].tolist()
+    [0, 1, 2]
+    """
+
+    def __init__(
+        self,
+        quantizer: Quantizer | None = None,
+        *,
+        bits: int = 1,
+        query_bits="auto",
+        similarity: str = "cosine",
+        precondition=None,
+        seed: int | None = None,
+        store_vectors: bool = True,
+    ):
+        if quantizer is None:
+            quantizer = BBQQuantizer(
+                bits=bits,
+                query_bits=query_bits,
+                similarity=similarity,
+                precondition=precondition,
+                seed=seed,
+            )
+        elif not isinstance(quantizer, Quantizer):
+            raise TypeError(f"quantizer must be a bbqlib Quantizer, got {type(quantizer).__name__}")
+        self.quantizer = quantizer
+        self.store_vectors = bool(store_vectors)
+        self._codes: list[EncodedVectors] = []
+        self._vectors: list[np.ndarray] = []
+        self._joined: tuple | None = None
+
+    # -- building ---------------------------------------------------------------------------
+    def add(self, X) -> None:
+        """Encode and append vectors; ids continue from :attr:`ntotal`.
+
+        The first call fits the quantizer if it is not fitted yet.
+        """
+        q = self.quantizer
+        if not q.is_fitted:
+            q.fit(X)
+        X = check_vectors(X, "X", dim=q.dim_)
+        enc = q.encode(X)  # validates the similarity's rules before anything is stored
+        self._codes.append(enc)
+        if self.store_vectors:
+            self._vectors.append(prepare_for_similarity(X, q.similarity_, "X"))
+        self._joined = None
+
+    def _parts(self) -> tuple[EncodedVectors | None, np.ndarray | None]:
+        if self._joined is None:
+            codes = EncodedVectors.concatenate(self._codes) if self._codes else None
+            if len(self._codes) > 1:
+                self._codes = [codes]
+            vectors = None
+            if self._vectors:
+                vectors = (
+                    self._vectors[0] if len(self._vectors) == 1 else np.concatenate(self._vectors)
+                )
+                self._vectors = [vectors]
+            self._joined = (codes, vectors)
+        return self._joined
+
+    @property
+    def ntotal(self) -> int:
+        return sum(len(c) for c in self._codes)
+
+    def __len__(self) -> int:
+        return self.ntotal
+
+    @property
+    def codes(self) -> EncodedVectors | None:
+        """All encoded vectors (None before the first add)."""
+        return self._parts()[0]
+
+    @property
+    def bytes_per_vector(self) -> int:
+        """Code plus correction bytes per vector (float vectors for rerank not counted)."""
+        self.quantizer._check_fitted()
+        return self.quantizer.encoding_.bytes_per_vector(self.quantizer.dim_)
+
+    # -- searching --------------------------------------------------------------------------
+    def search(self, queries, k: int = 10, *, oversample=None, rerank=True, filter=None):
+        """Search: ``(scores, ids)`` [nq, k].
+
+        Parameters
+        ----------
+        queries : float array [nq, d] or [d]
+        k : number of results
+        oversample : float >= 1, optional
+            The quantized scan keeps ``min(ceil(k · oversample), 10,000, n)`` candidates for the
+            exact rerank. ``None`` takes the encoding's default (3.0 at 1 bit, 1.5 at 2, 1.0 above).
+        rerank : bool or "bound"
+            True: rescore candidates on the float vectors (scores are exact). False: quantized
+            top ``k`` with estimated scores. ``"bound"`` (quantizers with error bounds): rescore
+            exactly the candidates whose lower bound beats the current k-th exact score.
+        filter : boolean mask [ntotal] or array of allowed ids, optional
+        """
+        q = self.quantizer
+        q._check_fitted()
+        k = check_k(k)
+        Q = q._validated(queries, "queries", allow_1d=True)
+        codes, vectors = self._parts()
+        n = 0 if codes is None else len(codes)
+        allowed = self._allowed_mask(filter, n)
+        if rerank == "bound":
+            return self._search_bound(Q, k, codes, vectors, allowed)
+        if rerank not in (True, False):
+            raise ValueError(f"rerank must be True, False or 'bound', got {rerank!r}")
+        if rerank and vectors is None:
+            raise ValueError(
+                "this index keeps no float vectors (store_vectors=False); search with rerank=False"
+            )
+        if n == 0:
+            return finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), k, q.similarity_)
+        oversample = check_oversample(oversample, q.encoding_.default_oversample)
+        depth = candidate_count(k, oversample, n) if rerank else min(k, n)
+        raw, ids = q.search(Q, codes, depth, allowed=allowed)
+        if rerank:
+            raw, ids = exact_rerank(Q, vectors, ids, k, q.similarity_)
+        return finish(raw, ids, k, q.similarity_)
+
+    def _search_bound(self, Q, k, codes, vectors, allowed):
+        q = self.quantizer
+        if not hasattr(q, "search_bound_rerank"):
+            raise ValueError(
+                f"rerank='bound' needs a quantizer with error bounds; {type(q).__name__} has "
+                "none (use bbqlib.RaBitQQuantizer, or rerank=True with an oversample)"
+            )
+        if vectors is None:
+            raise ValueError("rerank='bound' needs the float vectors (store_vectors=True)")
+        raw, ids, reads = q.search_bound_rerank(Q, codes, vectors, k, allowed=allowed)
+        self.last_vectors_read = reads
+        return finish(raw, ids, k, q.similarity_)
+
+    @staticmethod
+    def _allowed_mask(filter, n: int):
+        if filter is None:
+            return None
+        f = np.asarray(filter)
+        if f.dtype == bool:
+            if f.shape != (n,):
+                raise ValueError(f"a boolean filter must have shape ({n},), got {f.shape}")
+            return f
+        if not np.issubdtype(f.dtype, np.integer):
+            raise TypeError("filter must be a boolean mask or an array of integer ids")
+        if f.size and (f.min() < 0 or f.max() >= n):
+            raise ValueError(f"filter ids must be in [0, {n}), got range [{f.min()}, {f.max()}]")
+        mask = np.zeros(n, dtype=bool)
+        mask[f] = True
+        return mask
+
+    # -- files ------------------------------------------------------------------------------
+    def save(self, path) -> Path:
+        """Write the index to one checksummed file, atomically (see :mod:`bbqlib.io.container`)."""
+        q = self.quantizer
+        q._check_fitted()
+        codes, vectors = self._parts()
+        params, q_arrays = q.get_state()
+        arrays = {f"quantizer.{k}": v for k, v in q_arrays.items()}
+        if codes is not None:
+            arrays["codes"] = codes.codes
+            arrays["corrections"] = codes.corrections
+        if vectors is not None and self.store_vectors:
+            arrays["vectors"] = vectors
+        meta = {
+            "quantizer": params,
+            "encoding_wire": q.encoding_.wire,
+            "similarity": q.similarity_.value,
+            "dim": q.dim_,
+            "ntotal": self.ntotal,
+            "store_vectors": self.store_vectors,
+        }
+        return write_container(path, _KIND, meta, arrays)
+
+    @classmethod
+    def load(cls, path, *, mmap: bool = True, verify: bool = True) -> FlatIndex:
+        """Open a saved index; codes and vectors are memory-mapped unless ``mmap=False``."""
+        kind, meta, arrays = read_container(path, mmap=mmap, verify=verify)
+        if kind != _KIND:
+            raise ValueError(f"{path} holds a {kind!r}, not a flat index; use bbqlib.load")
+        q_arrays = {
+            k.split(".", 1)[1]: np.asarray(v)
+            for k, v in arrays.items()
+            if k.startswith("quantizer.")
+        }
+        q = quantizer_from_state(meta["quantizer"], q_arrays)
+        index = cls(q, store_vectors=meta["store_vectors"])
+        if "codes" in arrays:
+            index._codes = [
+                EncodedVectors(
+                    arrays["codes"],
+                    arrays["corrections"],
+                    q.encoding_,
+                    q.dim_,
+                    q.centroid_dot_,
+                    q.fingerprint_,
+                )
+            ]
+        if "vectors" in arrays:
+            index._vectors = [arrays["vectors"]]
+        return index
+
+    def __repr__(self) -> str:
+        return f"FlatIndex(ntotal={self.ntotal}, quantizer={self.quantizer!r})"

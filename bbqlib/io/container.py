@@ -1,0 +1,182 @@
+"""bbqlib's versioned, checksummed container file (one index or quantizer per file).
+
+Layout (all integers little-endian)::
+
+    offset 0   magic            8 bytes  b"BBQLIB\\x00\\x01"
+    8          format version   uint32
+    12         header length    uint32   (bytes of the JSON header)
+    16         header CRC32     uint32
+    20         reserved         uint32   (0)
+    24         header           JSON, UTF-8: {"kind", "meta", "sections": [...]}
+    ...        sections         each 64-byte aligned, raw little-endian array bytes
+    end - 24   footer           b"BBQEND\\x00\\x00" | header CRC32 u32 | 0 u32 | file size u64
+
+Each section entry records ``name``, ``dtype`` (NumPy descr), ``shape``, ``offset``, ``nbytes``
+and ``crc32``. Files are written to a temporary file in the same directory, fsynced and
+renamed, so a crash leaves either the old file or the new one. Readers check the magic, the
+version, the header CRC, the footer and every section's CRC; sections can be memory-mapped.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from .vectors import atomic_path
+
+__all__ = [
+    "MAGIC",
+    "FORMAT_VERSION",
+    "CorruptFileError",
+    "write_container",
+    "read_container",
+    "read_kind",
+    "crc32_of",
+]
+
+MAGIC = b"BBQLIB\x00\x01"
+FOOTER_MAGIC = b"BBQEND\x00\x00"
+FORMAT_VERSION = 1
+_PREFIX = struct.Struct("<8sIIII")
+_FOOTER = struct.Struct("<8sIIQ")
+_ALIGN = 64
+_CRC_CHUNK = 1 << 24
+
+
+class CorruptFileError(ValueError):
+    """The file is truncated, corrupted or not a bbqlib file."""
+
+
+def crc32_of(arr: np.ndarray) -> int:
+    """CRC32 of an array's bytes, streamed in chunks (works on memory maps)."""
+    flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    crc = 0
+    for start in range(0, flat.size, _CRC_CHUNK):
+        crc = zlib.crc32(flat[start : start + _CRC_CHUNK], crc)
+    return crc
+
+
+def _aligned(n: int) -> int:
+    return -(-n // _ALIGN) * _ALIGN
+
+
+def write_container(path, kind: str, meta: dict, arrays: dict[str, np.ndarray]) -> Path:
+    """Write ``arrays`` and ``meta`` atomically to ``path`` (temp file, fsync, rename)."""
+    path = Path(path)
+    arrays = {name: np.asarray(a) for name, a in arrays.items()}
+    sections = []
+    # Offsets depend on the header length, which depends on the offsets: lay out with a
+    # generous fixed-width guess, then pad the JSON to it.
+    body_start_guess = _aligned(_PREFIX.size + 4096 + 256 * len(arrays))
+    offset = body_start_guess
+    for name, a in arrays.items():
+        a = a.astype(a.dtype.newbyteorder("<")) if a.dtype.byteorder == ">" else a
+        arrays[name] = a
+        sections.append(
+            {
+                "name": name,
+                "dtype": np.lib.format.dtype_to_descr(a.dtype),
+                "shape": list(a.shape),
+                "offset": offset,
+                "nbytes": int(a.nbytes),
+                "crc32": crc32_of(a),
+            }
+        )
+        offset = _aligned(offset + a.nbytes)
+    header = json.dumps({"kind": kind, "meta": meta, "sections": sections}).encode()
+    if _PREFIX.size + len(header) > body_start_guess:
+        raise ValueError("header too large for the reserved space")
+    header = header + b" " * (body_start_guess - _PREFIX.size - len(header))
+    header_crc = zlib.crc32(header)
+    total = offset + _FOOTER.size
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(_PREFIX.pack(MAGIC, FORMAT_VERSION, len(header), header_crc, 0))
+        f.write(header)
+        for sec, a in zip(sections, arrays.values(), strict=True):
+            f.seek(sec["offset"])
+            flat = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+            for start in range(0, flat.size, _CRC_CHUNK):
+                f.write(flat[start : start + _CRC_CHUNK].tobytes())
+        f.seek(offset)
+        f.write(_FOOTER.pack(FOOTER_MAGIC, header_crc, 0, total))
+    return path
+
+
+def _read_header(f, path: Path, size: int) -> dict:
+    prefix = f.read(_PREFIX.size)
+    if len(prefix) < _PREFIX.size or prefix[:8] != MAGIC:
+        raise CorruptFileError(f"{path} is not a bbqlib file (bad magic)")
+    _, version, header_len, header_crc, _ = _PREFIX.unpack(prefix)
+    if version > FORMAT_VERSION:
+        raise CorruptFileError(
+            f"{path} has format version {version}; this bbqlib reads up to "
+            f"{FORMAT_VERSION}: upgrade bbqlib"
+        )
+    header = f.read(header_len)
+    if len(header) < header_len:
+        raise CorruptFileError(f"{path} is truncated (header cut short)")
+    if zlib.crc32(header) != header_crc:
+        raise CorruptFileError(f"{path} is corrupted (header checksum mismatch)")
+    if size < _FOOTER.size:
+        raise CorruptFileError(f"{path} is truncated (no footer)")
+    f.seek(size - _FOOTER.size)
+    magic, footer_crc, _, total = _FOOTER.unpack(f.read(_FOOTER.size))
+    if magic != FOOTER_MAGIC or footer_crc != header_crc or total != size:
+        raise CorruptFileError(
+            f"{path} is truncated or corrupted (footer missing or mismatched: "
+            f"file has {size} bytes)"
+        )
+    try:
+        return json.loads(header)
+    except ValueError as err:
+        raise CorruptFileError(f"{path} has an unreadable header: {err}") from None
+
+
+def read_kind(path) -> str:
+    """The ``kind`` of a container (e.g. ``"flat_index"``) without reading its sections."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        return _read_header(f, path, path.stat().st_size)["kind"]
+
+
+def read_container(path, *, mmap: bool = True, verify: bool = True):
+    """Read a container: ``(kind, meta, arrays)``.
+
+    Parameters
+    ----------
+    mmap : memory-map the sections (read-only) instead of reading them into RAM.
+    verify : check every section's CRC32 (reads every byte once).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no bbqlib file at {path}")
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        header = _read_header(f, path, size)
+        arrays = {}
+        for sec in header["sections"]:
+            dtype = np.lib.format.descr_to_dtype(
+                [tuple(x) for x in sec["dtype"]] if isinstance(sec["dtype"], list) else sec["dtype"]
+            )
+            shape = tuple(sec["shape"])
+            if sec["offset"] + sec["nbytes"] > size:
+                raise CorruptFileError(f"{path} is truncated (section {sec['name']!r} cut short)")
+            if sec["nbytes"] == 0:
+                arr = np.empty(shape, dtype=dtype)
+            elif mmap:
+                arr = np.memmap(path, dtype=dtype, mode="r", offset=sec["offset"], shape=shape)
+            else:
+                f.seek(sec["offset"])
+                arr = np.frombuffer(f.read(sec["nbytes"]), dtype=dtype).reshape(shape).copy()
+            if verify and crc32_of(arr) != sec["crc32"]:
+                raise CorruptFileError(
+                    f"{path} is corrupted (checksum mismatch in section {sec['name']!r})"
+                )
+            arrays[sec["name"]] = arr
+    return header["kind"], header["meta"], arrays

@@ -1,0 +1,54 @@
+"""Bit packing: codes to bit planes and back.
+
+Bit order (Lucene's ``packAsBinary``): dimension ``8j + t`` lives in byte ``j``, bit ``7 - t``.
+Planes are padded with zero bits to a multiple of 64 dimensions so kernels can read them as
+uint64 words; plane ``s`` holds bit ``s`` of every code (least significant plane first).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .encoding import padded_dim
+
+__all__ = ["pack_planes", "unpack_planes", "pack_bits", "plane_words"]
+
+
+def pack_bits(bits01: np.ndarray) -> np.ndarray:
+    """Pack a 0/1 uint8 matrix [n, d] MSB-first into [n, padded_dim(d) / 8] bytes."""
+    n, d = bits01.shape
+    padded = np.zeros((n, padded_dim(d)), dtype=np.uint8)
+    padded[:, :d] = bits01
+    return np.packbits(padded, axis=1, bitorder="big")
+
+
+def pack_planes(codes: np.ndarray, planes: int) -> np.ndarray:
+    """Pack integer codes [n, d] into ``planes`` bit planes, least significant first.
+
+    Returns uint8 [n, planes * padded_dim(d) / 8]; row ``i`` is plane 0 bytes, plane 1 bytes...
+    """
+    codes = np.asarray(codes, dtype=np.uint8)
+    n, d = codes.shape
+    plane_bytes = padded_dim(d) // 8
+    out = np.empty((n, planes * plane_bytes), dtype=np.uint8)
+    for s in range(planes):
+        out[:, s * plane_bytes : (s + 1) * plane_bytes] = pack_bits((codes >> s) & 1)
+    return out
+
+
+def unpack_planes(packed: np.ndarray, planes: int, dim: int) -> np.ndarray:
+    """Inverse of :func:`pack_planes`: uint8 codes [n, dim]."""
+    packed = np.asarray(packed, dtype=np.uint8)
+    n = packed.shape[0]
+    plane_bytes = padded_dim(dim) // 8
+    codes = np.zeros((n, dim), dtype=np.uint8)
+    for s in range(planes):
+        bits = np.unpackbits(packed[:, s * plane_bytes : (s + 1) * plane_bytes], axis=1)
+        codes |= bits[:, :dim] << s
+    return codes
+
+
+def plane_words(packed: np.ndarray) -> np.ndarray:
+    """View packed plane rows [n, bytes] as uint64 words [n, bytes / 8] (no copy if contiguous)."""
+    packed = np.ascontiguousarray(packed, dtype=np.uint8)
+    return packed.view(np.uint64)
