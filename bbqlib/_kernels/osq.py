@@ -72,7 +72,8 @@ def osq_quantize(
             x[i] = xi
             total += xi
             norm2 += xi * xi
-            cdot += float(X[r, i]) * float(centroid[i])
+            # np.float64, not float(): numba keeps float(float32) in float32.
+            cdot += np.float64(X[r, i]) * np.float64(centroid[i])
             xmin = min(xmin, xi)
             xmax = max(xmax, xi)
         mean = total / d
