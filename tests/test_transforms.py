@@ -16,7 +16,7 @@ from reference.transforms import (
 )
 from threadpoolctl import threadpool_limits
 
-from bbqlib._kernels.fwht import fht_kac_rows, fht_kac_rows_parallel, fwht_inplace
+from bbqlib._kernels.fwht import TILE, fht_kac_rows, fht_kac_rows_parallel, fwht_columns
 from bbqlib.transforms import (
     TRANSFORMS,
     BlockPreconditioner,
@@ -131,13 +131,13 @@ def test_fwht_recursive_matches_sylvester_matrix():
 
 @pytest.mark.parametrize("m", [1, 2, 4, 8, 64, 512, 2048])
 def test_fwht_kernel_matches_recursive(m):
-    x = np.random.default_rng(m).standard_normal(m + 5).astype(np.float32)
+    x = np.random.default_rng(m).standard_normal((m + 5, 3)).astype(np.float32)
     got = x.copy()
-    fwht_inplace(got, 3, m)  # only x[3:3+m] changes
-    want = fwht_recursive(x[3 : 3 + m]) / math.sqrt(m)
+    fwht_columns(got, 3, m)  # only rows 3 : 3 + m change, each column on its own
+    want = fwht_recursive(x[3 : 3 + m].T).T / math.sqrt(m)
     np.testing.assert_array_equal(got[:3], x[:3])
     np.testing.assert_array_equal(got[3 + m :], x[3 + m :])
-    assert np.abs(got[3 : 3 + m] - want).max() <= tol(m) * np.linalg.norm(x[3 : 3 + m])
+    assert_within(np.abs(got[3 : 3 + m] - want), tol(m) * np.linalg.norm(x[3 : 3 + m], axis=0))
 
 
 def _adversarial_rows(d: int) -> np.ndarray:
@@ -171,12 +171,13 @@ def test_hadamard_kernel_matches_reference(d):
 @pytest.mark.parametrize("inverse", [False, True])
 def test_parallel_kernel_equals_serial(d, inverse):
     t = fitted("hadamard", d)
-    X = gaussian(300, d, seed=7)
+    X = gaussian(10 * TILE + 7, d, seed=7)  # a partial last tile
     a, b = np.empty_like(X), np.empty_like(X)
     fht_kac_rows(X, t.signs_, t.hadamard_dim_, inverse, a)
     fht_kac_rows_parallel(X, t.signs_, t.hadamard_dim_, inverse, b)
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(t._run(X, inverse), a)  # the wrapper's dispatch
+    np.testing.assert_array_equal(t._run(X[5:6], inverse)[0], a[5])  # alone = in a batch
 
 
 @pytest.mark.parametrize("rounds", [1, 2, 3, 5])
