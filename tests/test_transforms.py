@@ -335,6 +335,8 @@ def test_from_state_rejects_bad_input():
         transform_from_state(params, {})
     with pytest.raises(ValueError, match="name"):
         transform_from_state(dict(params, name="nope"), arrays)
+    with pytest.raises(ValueError, match="unknown parameters"):
+        transform_from_state(dict(params, rounds=4), arrays)
     with pytest.raises(ValueError, match="expected 'dense'"):
         DenseRotation.from_state(params, arrays)
 

@@ -184,6 +184,12 @@ class Transform:
                 f"{cls.__name__}.from_state got params for name={name!r}, expected "
                 f"{cls.name!r}; use bbqlib.transforms.transform_from_state to dispatch"
             )
+        unknown = set(params) - {"dim", "seed", *cls._param_names}
+        if unknown:
+            raise ValueError(
+                f"{cls.__name__}.from_state got unknown parameters {sorted(unknown)}; "
+                f"expected dim, seed{''.join(', ' + p for p in cls._param_names)}"
+            )
         obj = cls(**params)
         obj.dim_ = obj._resolve_dim(None)
         _check_seed(obj.seed)
