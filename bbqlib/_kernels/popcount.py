@@ -26,7 +26,7 @@ def _ctpop_u64(typingctx, value):
     return sig, codegen
 
 
-@kernel
+@kernel(inline="always")
 def popcount64(value):
     """Number of set bits of a uint64, as int64 (compiled; call from other kernels)."""
     return _ctpop_u64(value)

@@ -39,9 +39,11 @@ __all__ = [
 BLOCK = 256
 #: Id of an empty heap slot (sorts after every real id).
 EMPTY_ID = np.iinfo(np.int64).max
+#: Longest ``byte_dot`` summed in int32 (255² · 32768 < 2³¹, so the sum cannot overflow).
+BYTE_RUN = 32768
 
 
-@kernel
+@kernel(inline="always")
 def plane_dot(q, d, qp, dp, words):
     """``<X, Y>`` of one query (``qp`` planes) and one doc (``dp`` planes), uint64 words each.
 
@@ -73,15 +75,23 @@ def plane_dot(q, d, qp, dp, words):
     return acc
 
 
-@kernel
+@kernel(inline="always")
 def byte_dot(q, d):
-    acc = 0
-    for i in range(d.shape[0]):
-        acc += np.int32(q[i]) * np.int32(d[i])
-    return acc
+    # An int32 accumulator lets LLVM vectorize the loop (about 5x faster than int64); it is
+    # exact while 255² · d < 2³¹, i.e. d <= BYTE_RUN. Longer vectors take the int64 loop.
+    n = d.shape[0]
+    if n > BYTE_RUN:
+        acc = 0
+        for i in range(n):
+            acc += np.int32(q[i]) * np.int32(d[i])
+        return acc
+    part = np.int32(0)
+    for i in range(n):
+        part = np.int32(part + np.int32(q[i]) * np.int32(d[i]))
+    return np.int64(part)
 
 
-@kernel
+@kernel(inline="always")
 def float_dot(q, d):
     acc = 0.0
     for i in range(d.shape[0]):
@@ -89,18 +99,19 @@ def float_dot(q, d):
     return acc
 
 
-@kernel
+@kernel(inline="always")
 def _raw(dim, df, qf, dot, cc, is_l2):
-    # df = (a_x, l_x, ΣX, add_x); qf = (a_y, l_y, ΣY, add_y).
+    # df = (a_x, l_x, ΣX, add_x); qf = (a_y, l_y, ΣY, add_y). Same expression order as
+    # ``_block_keys`` so dense estimates and scans agree to the last bit.
     ax = np.float64(df[0])
     lx = np.float64(df[1])
-    s = dim * ax * qf[0] + qf[0] * lx * df[2] + ax * qf[1] * qf[2] + lx * qf[1] * dot
+    s = ax * (dim * qf[0] + qf[1] * qf[2]) + lx * (qf[0] * df[2] + qf[1] * dot)
     if is_l2:
         return qf[3] + df[3] - 2.0 * s
     return s + qf[3] + df[3] - cc
 
 
-@kernel
+@kernel(inline="always")
 def _offer(keys, ids, key, idx):
     """Offer (key, idx) to a bounded min-heap whose root is the worst kept entry."""
     if key < keys[0] or (key == keys[0] and idx > ids[0]):
@@ -155,9 +166,40 @@ def estimate_float(qv, qf, codes, df, dim, cc, is_l2, out):
 
 
 # ----------------------------------------------------------------------------- top-k scans
-# Each scan splits the docs into ``out_keys.shape[0]`` chunks (one per thread), walks each
-# chunk in cache blocks of BLOCK docs, and offers every (query, doc) pair to that chunk's heap.
-# ``allowed`` is a uint8 mask over docs (empty: all allowed); ids are ``id_base + row``.
+# Each scan splits the docs into ``out_keys.shape[0]`` chunks (one per thread) and walks each
+# chunk in cache blocks of BLOCK docs. Per (block, query) it computes all integer dots first,
+# then all keys, then offers only keys that beat the heap's worst entry: separate tight loops
+# instead of one branchy loop per pair. ``allowed`` is a uint8 mask over docs (empty: all
+# allowed); ids are ``id_base + row``.
+
+
+@kernel(inline="always")
+def _block_keys(dots, m, b0, df, qf, dim, cc, is_l2, out):
+    # The correction algebra of ``_raw`` with the query's scalars hoisted out of the loop.
+    ay = qf[0]
+    ly = qf[1]
+    add_y = qf[3]
+    x_term = dim * ay + ly * qf[2]
+    for j in range(m):
+        row = b0 + j
+        ax = np.float64(df[row, 0])
+        lx = np.float64(df[row, 1])
+        s = ax * x_term + lx * (ay * df[row, 2] + ly * dots[j])
+        if is_l2:
+            out[j] = -(add_y + df[row, 3] - 2.0 * s)
+        else:
+            out[j] = s + add_y + df[row, 3] - cc
+
+
+@kernel(inline="always")
+def _offer_block(keys, ids, block_keys, m, b0, allowed, id_base):
+    use_mask = allowed.shape[0] > 0
+    worst = keys[0]
+    for j in range(m):
+        key = block_keys[j]
+        if key >= worst and not (use_mask and allowed[b0 + j] == 0):
+            _offer(keys, ids, key, id_base + b0 + j)
+            worst = keys[0]
 
 
 @parallel_kernel
@@ -165,18 +207,18 @@ def scan_planes(qw, qf, dw, df, qp, dp, words, dim, cc, is_l2, allowed, id_base,
     n = dw.shape[0]
     chunks = out_keys.shape[0]
     per = (n + chunks - 1) // chunks
-    use_mask = allowed.shape[0] > 0
     for c in prange(chunks):
-        for b0 in range(c * per, min(n, (c + 1) * per), BLOCK):
-            b1 = min(min(n, (c + 1) * per), b0 + BLOCK)
+        dots = np.empty(BLOCK, dtype=np.int64)
+        block_keys = np.empty(BLOCK, dtype=np.float64)
+        stop = min(n, (c + 1) * per)
+        for b0 in range(c * per, stop, BLOCK):
+            m = min(stop - b0, BLOCK)
             for q in range(qw.shape[0]):
-                keys = out_keys[c, q]
-                ids = out_ids[c, q]
-                for j in range(b0, b1):
-                    if use_mask and allowed[j] == 0:
-                        continue
-                    raw = _raw(dim, df[j], qf[q], plane_dot(qw[q], dw[j], qp, dp, words), cc, is_l2)
-                    _offer(keys, ids, -raw if is_l2 else raw, id_base + j)
+                query = qw[q]
+                for j in range(m):
+                    dots[j] = plane_dot(query, dw[b0 + j], qp, dp, words)
+                _block_keys(dots, m, b0, df, qf[q], dim, cc, is_l2, block_keys)
+                _offer_block(out_keys[c, q], out_ids[c, q], block_keys, m, b0, allowed, id_base)
 
 
 @parallel_kernel
@@ -184,18 +226,18 @@ def scan_bytes(qb, qf, db, df, dim, cc, is_l2, allowed, id_base, out_keys, out_i
     n = db.shape[0]
     chunks = out_keys.shape[0]
     per = (n + chunks - 1) // chunks
-    use_mask = allowed.shape[0] > 0
     for c in prange(chunks):
-        for b0 in range(c * per, min(n, (c + 1) * per), BLOCK):
-            b1 = min(min(n, (c + 1) * per), b0 + BLOCK)
+        dots = np.empty(BLOCK, dtype=np.int64)
+        block_keys = np.empty(BLOCK, dtype=np.float64)
+        stop = min(n, (c + 1) * per)
+        for b0 in range(c * per, stop, BLOCK):
+            m = min(stop - b0, BLOCK)
             for q in range(qb.shape[0]):
-                keys = out_keys[c, q]
-                ids = out_ids[c, q]
-                for j in range(b0, b1):
-                    if use_mask and allowed[j] == 0:
-                        continue
-                    raw = _raw(dim, df[j], qf[q], byte_dot(qb[q], db[j]), cc, is_l2)
-                    _offer(keys, ids, -raw if is_l2 else raw, id_base + j)
+                query = qb[q]
+                for j in range(m):
+                    dots[j] = byte_dot(query, db[b0 + j])
+                _block_keys(dots, m, b0, df, qf[q], dim, cc, is_l2, block_keys)
+                _offer_block(out_keys[c, q], out_ids[c, q], block_keys, m, b0, allowed, id_base)
 
 
 @parallel_kernel
@@ -203,15 +245,15 @@ def scan_float(qv, qf, codes, df, dim, cc, is_l2, allowed, id_base, out_keys, ou
     n = codes.shape[0]
     chunks = out_keys.shape[0]
     per = (n + chunks - 1) // chunks
-    use_mask = allowed.shape[0] > 0
     for c in prange(chunks):
-        for b0 in range(c * per, min(n, (c + 1) * per), BLOCK):
-            b1 = min(min(n, (c + 1) * per), b0 + BLOCK)
+        dots = np.empty(BLOCK, dtype=np.float64)
+        block_keys = np.empty(BLOCK, dtype=np.float64)
+        stop = min(n, (c + 1) * per)
+        for b0 in range(c * per, stop, BLOCK):
+            m = min(stop - b0, BLOCK)
             for q in range(qv.shape[0]):
-                keys = out_keys[c, q]
-                ids = out_ids[c, q]
-                for j in range(b0, b1):
-                    if use_mask and allowed[j] == 0:
-                        continue
-                    raw = _raw(dim, df[j], qf[q], float_dot(qv[q], codes[j]), cc, is_l2)
-                    _offer(keys, ids, -raw if is_l2 else raw, id_base + j)
+                query = qv[q]
+                for j in range(m):
+                    dots[j] = float_dot(query, codes[b0 + j])
+                _block_keys(dots, m, b0, df, qf[q], dim, cc, is_l2, block_keys)
+                _offer_block(out_keys[c, q], out_ids[c, q], block_keys, m, b0, allowed, id_base)
