@@ -22,24 +22,45 @@ MINIMUM_MSE_GRID = np.array(
 )
 
 
-@kernel
+@kernel(inline="always")
 def _java_round(t):
     # Java's Math.round: floor(t + 0.5), not NumPy's half-to-even.
     return math.floor(t + 0.5)
 
 
-@kernel
-def _loss(x, a, b, points, norm2, lam):
-    step = (b - a) / (points - 1.0)
-    inv = 1.0 / step if step != 0.0 else 0.0
+@kernel(inline="always")
+def _grid_pass(x, a, b, levels, norm2, lam, sums):
+    """One pass at interval [a, b]: the loss, and the normal-equation sums into ``sums``.
+
+    Fusing the two (Lucene computes them in separate passes over the same codes) halves the
+    work of the optimizer without changing what it computes.
+    """
+    step = (b - a) / levels
+    inv = levels / (b - a) if b != a else 0.0
     xe = 0.0
     e = 0.0
+    daa = 0.0
+    dab = 0.0
+    dbb = 0.0
+    dax = 0.0
+    dbx = 0.0
     for i in range(x.shape[0]):
-        xi = x[i]
-        c = min(max(xi, a), b)
-        q = a + step * _java_round((c - a) * inv)
-        xe += xi * (xi - q)
-        e += (xi - q) * (xi - q)
+        xi = np.float64(x[i])
+        k = _java_round((min(max(xi, a), b) - a) * inv)
+        err = xi - (a + step * k)
+        xe += xi * err
+        e += err * err
+        s = k / levels
+        daa += (1.0 - s) * (1.0 - s)
+        dab += (1.0 - s) * s
+        dbb += s * s
+        dax += xi * (1.0 - s)
+        dbx += xi * s
+    sums[0] = daa
+    sums[1] = dab
+    sums[2] = dbb
+    sums[3] = dax
+    sums[4] = dbx
     return (1.0 - lam) * xe * xe / norm2 + lam * e
 
 
@@ -57,10 +78,12 @@ def osq_quantize(
     codes : uint8 [n, d]; lower, upper, additional : float32 [n]; component_sum : int64 [n]
     """
     n, d = X.shape
-    points = float((1 << bits) - 1) + 1.0
+    levels = float((1 << bits) - 1)
     grid = MINIMUM_MSE_GRID[bits - 1]
     for r in prange(n):
-        x = np.empty(d, dtype=np.float64)
+        x = np.empty(d, dtype=np.float32)
+        sums = np.empty(5, dtype=np.float64)
+        new_sums = np.empty(5, dtype=np.float64)
         total = 0.0
         norm2 = 0.0
         cdot = 0.0
@@ -68,12 +91,11 @@ def osq_quantize(
         xmax = -np.inf
         for i in range(d):
             # Centring in float32, as Lucene does, then float64 accumulation.
-            xi = np.float32(X[r, i] - centroid[i])
+            xi = X[r, i] - centroid[i]
             x[i] = xi
             total += xi
-            norm2 += xi * xi
-            # np.float64, not float(): numba keeps float(float32) in float32.
-            cdot += np.float64(X[r, i]) * np.float64(centroid[i])
+            norm2 += np.float64(xi) * xi
+            cdot += np.float64(X[r, i]) * centroid[i]
             xmin = min(xmin, xi)
             xmax = max(xmax, xi)
         mean = total / d
@@ -81,52 +103,38 @@ def osq_quantize(
         for i in range(d):
             var += (x[i] - mean) * (x[i] - mean)
         std = math.sqrt(var / d)
-        a = np.float32(min(max(-grid * std + mean, xmin), xmax))
-        b = np.float32(min(max(grid * std + mean, xmin), xmax))
+        a = np.float64(np.float32(min(max(-grid * std + mean, xmin), xmax)))
+        b = np.float64(np.float32(min(max(grid * std + mean, xmin), xmax)))
 
-        scale = (1.0 - lam) / norm2 if norm2 > 0.0 else np.inf
-        if math.isfinite(scale) and iters > 0:
-            best = _loss(x, a, b, points, norm2, lam)
+        if norm2 > 0.0 and iters > 0:
+            scale = (1.0 - lam) / norm2
+            best = _grid_pass(x, a, b, levels, norm2, lam, sums)
             for _ in range(iters):
-                step_inv = (points - 1.0) / (b - a) if b != a else 0.0
-                daa = 0.0
-                dab = 0.0
-                dbb = 0.0
-                dax = 0.0
-                dbx = 0.0
-                for i in range(d):
-                    xi = x[i]
-                    k = _java_round((min(max(xi, a), b) - a) * step_inv)
-                    s = k / (points - 1.0)
-                    daa += (1.0 - s) * (1.0 - s)
-                    dab += (1.0 - s) * s
-                    dbb += s * s
-                    dax += xi * (1.0 - s)
-                    dbx += xi * s
-                m0 = scale * dax * dax + lam * daa
-                m1 = scale * dax * dbx + lam * dab
-                m2 = scale * dbx * dbx + lam * dbb
+                m0 = scale * sums[3] * sums[3] + lam * sums[0]
+                m1 = scale * sums[3] * sums[4] + lam * sums[1]
+                m2 = scale * sums[4] * sums[4] + lam * sums[2]
                 det = m0 * m2 - m1 * m1
                 if det == 0.0:
                     break
-                a_new = np.float32((m2 * dax - m1 * dbx) / det)
-                b_new = np.float32((m0 * dbx - m1 * dax) / det)
+                a_new = np.float64(np.float32((m2 * sums[3] - m1 * sums[4]) / det))
+                b_new = np.float64(np.float32((m0 * sums[4] - m1 * sums[3]) / det))
                 if abs(a - a_new) < 1e-8 and abs(b - b_new) < 1e-8:
                     break
-                loss = _loss(x, a_new, b_new, points, norm2, lam)
+                loss = _grid_pass(x, a_new, b_new, levels, norm2, lam, new_sums)
                 if loss > best:
                     break
                 a = a_new
                 b = b_new
                 best = loss
+                sums[:] = new_sums
 
-        step = (b - a) / (points - 1.0)
+        step = (b - a) / levels
         ksum = 0
         for i in range(d):
             if step == 0.0:
                 k = 0  # Java: round(NaN) == 0 when the interval collapses
             else:
-                k = int(_java_round((min(max(x[i], a), b) - a) / step))
+                k = int(_java_round((min(max(np.float64(x[i]), a), b) - a) / step))
             codes[r, i] = k
             ksum += k
         lower[r] = a
