@@ -1,0 +1,69 @@
+"""Shared fixtures: seeded generators, small data sets, the shared real data, numba threads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numba
+import numpy as np
+import pytest
+
+#: ``../shared/data`` beside the checkout (real embeddings with ground truth).
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """A fresh generator with a fixed seed for every test."""
+    return np.random.default_rng(20240611)
+
+
+@pytest.fixture
+def make_vectors():
+    """Factory ``make_vectors(n, d, kind="gaussian", seed=0)`` -> float32 [n, d].
+
+    kinds: ``gaussian`` (N(0.3, 1): not centred, so the centroid matters), ``unit`` (the same,
+    normalized), ``uniform`` ([0, 1)), ``clustered`` (20 Gaussian blobs), ``wide`` (norms spread
+    over two decades, for euclidean and max_inner_product).
+    """
+
+    def make(n: int, d: int, kind: str = "gaussian", seed: int = 0) -> np.ndarray:
+        g = np.random.default_rng(seed)
+        if kind in ("gaussian", "unit"):
+            X = g.normal(0.3, 1.0, size=(n, d))
+            if kind == "unit":
+                X /= np.linalg.norm(X, axis=1, keepdims=True)
+        elif kind == "uniform":
+            X = g.uniform(size=(n, d))
+        elif kind == "clustered":
+            centres = g.normal(size=(20, d)) * 3.0
+            X = centres[g.integers(0, 20, size=n)] + g.normal(size=(n, d))
+        elif kind == "wide":
+            X = g.normal(size=(n, d)) * np.exp(g.uniform(-2.3, 2.3, size=(n, 1)))
+        else:
+            raise ValueError(f"unknown kind {kind!r}")
+        return X.astype(np.float32)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """Path of ``../shared/data``; skips the test when it is absent."""
+    if not (SHARED_DATA / "debian-minilm-384" / "base.npy").exists():
+        pytest.skip(f"shared data not found at {SHARED_DATA} (real-data tests need it)")
+    return SHARED_DATA
+
+
+@pytest.fixture
+def numba_threads():
+    """``numba_threads(n)`` sets numba's thread count; restored after the test."""
+    before = numba.get_num_threads()
+
+    def set_threads(n: int) -> int:
+        n = min(n, numba.config.NUMBA_NUM_THREADS)
+        numba.set_num_threads(n)
+        return n
+
+    yield set_threads
+    numba.set_num_threads(before)
