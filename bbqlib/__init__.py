@@ -8,7 +8,7 @@ on float vectors. See the README for a tour.
 from ._load import load
 from ._validation import NotFittedError
 from .encoding import ENCODINGS, Encoding, get_encoding
-from .index import FlatIndex
+from .index import FlatIndex, IVFIndex
 from .io.container import CorruptFileError
 from .quantizers import BBQQuantizer, EncodedVectors, Quantizer
 from .similarity import Similarity
@@ -22,6 +22,7 @@ __all__ = [
     "EncodedVectors",
     "Encoding",
     "FlatIndex",
+    "IVFIndex",
     "NotFittedError",
     "Quantizer",
     "Similarity",

@@ -1,0 +1,274 @@
+"""IVF search steps, vectorized over a batch of queries (no Python loop per query or list).
+
+1. :func:`centroid_table` / :func:`rank_lists`: 7-bit OSQ codes of the list centroids (and of
+   parent centroids when there are more than 256 lists) against the global centroid ``g``;
+   queries quantized at 7 bits against ``g`` rank the lists (spec §6.5, §6.7 steps 2-3).
+2. :func:`plan_visits`: lists in rank order until the visit budget (expected posting entries,
+   and with a filter also allowed entries) is spent (§6.7 steps 4 and 6).
+3. :func:`encode_residuals`: OSQ of every (query, list) pair against the list's centroid with
+   one optimizer iteration, and of docs against their list centroids at build time (§1, §6.6).
+4. :func:`dedup_topk`: SOAR duplicates removed (best key per id), best ``k'`` kept.
+
+The scan itself is one numba kernel call per batch (:mod:`bbqlib._kernels.ivf`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._kernels import ivf as KI
+from .._kernels import scoring as KS
+from ..encoding import Encoding
+from ..packing import pack_planes, plane_words
+from ..quantizers.osq import DEFAULT_ITERS, quantize_rows
+
+__all__ = [
+    "CENTROID_BITS",
+    "PARENT_THRESHOLD",
+    "CentroidTable",
+    "centroid_table",
+    "encode_residuals",
+    "rank_lists",
+    "plan_visits",
+    "dedup_topk",
+    "dynamic_visit_ratio",
+]
+
+#: Bits of the centroid codes and of the query that scores them (ES PR #132261).
+CENTROID_BITS = 7
+#: Parents exist above this many lists (16 centroids per parent, squared; spec §6.4).
+PARENT_THRESHOLD = 256
+CENTROIDS_PER_PARENT = 16
+
+
+@dataclass(frozen=True)
+class CentroidTable:
+    """Centroid codes for ranking lists (and parents, when present).
+
+    ``codes`` uint8 [K, d] and ``factors`` float32 [K, 4] (``a, l, Σk, add``) are 7-bit OSQ
+    against ``g``; ``gg = <g, g>``. With parents: ``parent_codes`` / ``parent_factors``
+    likewise, and list ids grouped by parent in ``child_order`` with ``child_offsets``.
+    """
+
+    g: np.ndarray
+    gg: float
+    codes: np.ndarray
+    factors: np.ndarray
+    parent_codes: np.ndarray | None = None
+    parent_factors: np.ndarray | None = None
+    child_order: np.ndarray | None = None
+    child_offsets: np.ndarray | None = None
+
+    @property
+    def has_parents(self) -> bool:
+        return self.parent_codes is not None
+
+
+def _osq_factors(res, bits: int, dtype) -> np.ndarray:
+    f = np.empty((res.lower.shape[0], 4), dtype=dtype)
+    f[:, 0] = res.lower
+    f[:, 1] = (res.upper.astype(np.float64) - res.lower) / float(2**bits - 1)
+    f[:, 2] = res.component_sum
+    f[:, 3] = res.additional
+    return f
+
+
+def _code_against(X: np.ndarray, g: np.ndarray, is_l2: bool, iters: int = DEFAULT_ITERS):
+    res = quantize_rows(X, g, CENTROID_BITS, euclidean=is_l2, iters=iters)
+    return res.codes, _osq_factors(res, CENTROID_BITS, np.float32)
+
+
+def centroid_table(centroids: np.ndarray, is_l2: bool, *, parents=None) -> CentroidTable:
+    """7-bit codes of the centroids against their mean ``g`` (and of ``parents``, a
+    :class:`~bbqlib.index.clustering.ParentLevel` or None)."""
+    g = centroids.mean(axis=0, dtype=np.float64).astype(np.float32)
+    codes, factors = _code_against(centroids, g, is_l2)
+    gg = float(np.dot(g.astype(np.float64), g))
+    if parents is None:
+        return CentroidTable(g, gg, codes, factors)
+    pcodes, pfactors = _code_against(np.ascontiguousarray(parents.centroids), g, is_l2)
+    return CentroidTable(
+        g,
+        gg,
+        codes,
+        factors,
+        pcodes,
+        pfactors,
+        np.ascontiguousarray(parents.child_order, dtype=np.int32),
+        np.ascontiguousarray(parents.offsets, dtype=np.int64),
+    )
+
+
+def _query_codes_g(Qt: np.ndarray, table: CentroidTable, is_l2: bool):
+    res = quantize_rows(Qt, table.g, CENTROID_BITS, euclidean=is_l2, iters=DEFAULT_ITERS)
+    return res.codes, _osq_factors(res, CENTROID_BITS, np.float64)
+
+
+def _dense_keys(qb, qf, codes, factors, gg, is_l2) -> np.ndarray:
+    out = np.empty((qb.shape[0], codes.shape[0]), dtype=np.float64)
+    KS.estimate_bytes(qb, qf, codes, factors, qb.shape[1], gg, is_l2, out)
+    return -out if is_l2 else out
+
+
+def rank_lists(
+    Qt: np.ndarray, table: CentroidTable, is_l2: bool, want: int, *, dense: bool = False
+) -> np.ndarray:
+    """Candidate lists per query, best first: int32 [nq, M] (``-1`` pads short rows).
+
+    Without parents (or with ``dense``) every list is ranked. With parents the parents are
+    ranked first and the children of the best parents, at least ``want`` lists, are scored
+    and ranked (spec §6.7 step 3: a bounded candidate buffer instead of all centroids).
+    """
+    qb, qf = _query_codes_g(Qt, table, is_l2)
+    K = table.codes.shape[0]
+    if dense or not table.has_parents or want >= K:
+        keys = _dense_keys(qb, qf, table.codes, table.factors, table.gg, is_l2)
+        return np.argsort(-keys, axis=1, kind="stable").astype(np.int32)
+    nq = Qt.shape[0]
+    pkeys = _dense_keys(qb, qf, table.parent_codes, table.parent_factors, table.gg, is_l2)
+    porder = np.argsort(-pkeys, axis=1, kind="stable")
+    counts = np.diff(table.child_offsets)[porder]  # children of each ranked parent
+    cum = np.cumsum(counts, axis=1)
+    take = np.minimum((cum < want).sum(axis=1) + 1, porder.shape[1])  # parents per query
+    chosen = np.arange(porder.shape[1])[None, :] < take[:, None]
+    width = int(cum[np.arange(nq), take - 1].max())
+    # Scatter the chosen parents' children into a padded [nq, width] table.
+    q_of = np.repeat(np.arange(nq), take)
+    parents = porder[chosen]
+    lens = counts[chosen]
+    col0 = (cum - counts)[chosen]
+    rep = np.repeat(np.arange(parents.size), lens)
+    within = np.arange(rep.size) - np.repeat(np.cumsum(lens) - lens, lens)
+    sel = np.full((nq, width), -1, dtype=np.int32)
+    children = table.child_order[table.child_offsets[parents][rep] + within]
+    sel[q_of[rep], col0[rep] + within] = children
+    keys = np.empty((nq, width), dtype=np.float64)
+    KI.score_selected_bytes(
+        qb, qf, table.codes, table.factors, sel, qb.shape[1], table.gg, is_l2, keys
+    )
+    keys[sel < 0] = -np.inf
+    order = np.argsort(-keys, axis=1, kind="stable")
+    return np.take_along_axis(sel, order, axis=1)
+
+
+def dynamic_visit_ratio(n: int, depth: int) -> float:
+    """Elasticsearch's reader-level default: ``round(log10(N)² · k') / N``."""
+    if n <= 1:
+        return 1.0
+    return min(1.0, round(math.log10(n) ** 2 * depth) / n)
+
+
+def plan_visits(
+    ranked: np.ndarray,
+    sizes: np.ndarray,
+    need_entries: float,
+    allowed_sizes: np.ndarray | None = None,
+    need_allowed: float = 0.0,
+):
+    """Lists each query visits: rank order until the budget is spent.
+
+    A query visits its best lists until their entries reach ``need_entries`` and, when
+    ``allowed_sizes`` (allowed entries per list) is given, their allowed entries reach
+    ``need_allowed``; at least one list, at most all candidates.
+
+    Returns
+    -------
+    pair_list : int32 [P]
+        Visited lists, query by query, in visit order.
+    pair_query : int64 [P]
+    pair_start : int64 [nq + 1]
+    satisfied : bool [nq]
+        False where the candidates ran out before the budget was met.
+    """
+    valid = ranked >= 0
+    n_valid = valid.sum(axis=1)
+    safe = np.where(valid, ranked, 0)
+    cum = np.cumsum(np.where(valid, sizes[safe], 0), axis=1)
+    count = (cum < need_entries).sum(axis=1) + 1
+    satisfied = cum[:, -1] >= need_entries
+    if allowed_sizes is not None:
+        cum_a = np.cumsum(np.where(valid, allowed_sizes[safe], 0), axis=1)
+        count = np.maximum(count, (cum_a < need_allowed).sum(axis=1) + 1)
+        satisfied &= cum_a[:, -1] >= need_allowed
+    count = np.minimum(count, n_valid)
+    take = np.arange(ranked.shape[1])[None, :] < count[:, None]
+    pair_list = np.ascontiguousarray(ranked[take], dtype=np.int32)
+    pair_query = np.repeat(np.arange(ranked.shape[0], dtype=np.int64), count)
+    pair_start = np.zeros(ranked.shape[0] + 1, dtype=np.int64)
+    np.cumsum(count, out=pair_start[1:])
+    return pair_list, pair_query, pair_start, satisfied
+
+
+def encode_residuals(
+    X: np.ndarray,
+    rows: np.ndarray,
+    centroids: np.ndarray,
+    lists: np.ndarray,
+    bits: int,
+    is_l2: bool,
+    iters: int,
+    factor_dtype,
+):
+    """OSQ of ``X[rows]`` against ``centroids[lists]`` (one row per pair).
+
+    The residual ``X[row] - c`` is formed in float32 exactly as the OSQ kernel centres (so the
+    codes equal those of quantizing ``X[row]`` against ``c``); the inner-product correction
+    ``<v, c>`` comes from a float64 dot.
+
+    Returns ``(codes uint8 [m, d], factors [m, 4])`` with factor rows ``(a, l, Σk, add)``.
+    """
+    Y = X[rows]
+    C = centroids[lists]
+    np.subtract(Y, C, out=Y)
+    d = X.shape[1]
+    res = quantize_rows(Y, np.zeros(d, np.float32), bits, euclidean=is_l2, iters=iters)
+    factors = _osq_factors(res, bits, factor_dtype)
+    if not is_l2:
+        dots = np.empty(rows.shape[0], dtype=np.float64)
+        KI.pair_dots(
+            X,
+            centroids,
+            np.ascontiguousarray(rows, np.int64),
+            np.ascontiguousarray(lists, np.int64),
+            dots,
+        )
+        factors[:, 3] = dots
+    return res.codes, factors
+
+
+def query_pair_codes(Qt, centroids, pair_query, pair_list, encoding: Encoding, is_l2: bool):
+    """Queries re-quantized against each visited list's centroid, 1 optimizer iteration.
+
+    Returns ``(data, factors float64 [P, 4])``: uint64 plane words [P, qp * words] for plane
+    layouts, uint8 [P, d] for byte layouts.
+    """
+    codes, factors = encode_residuals(
+        Qt, pair_query, centroids, pair_list, encoding.query_bits, is_l2, 1, np.float64
+    )
+    if encoding.layout == "planes":
+        return plane_words(pack_planes(codes, encoding.query_bits)), factors
+    return codes, factors
+
+
+def dedup_topk(keys: np.ndarray, ids: np.ndarray, k: int):
+    """Best ``k`` distinct ids per row from heaps that may hold an id twice (SOAR).
+
+    ``keys`` float64 / ``ids`` int64 [nq, H], empty slots ``-inf`` / ``EMPTY_ID``. Returns
+    ``(keys, ids)`` [nq, min(k, H)] by (key desc, id asc), ``-1`` for missing ids.
+    """
+    order = np.lexsort((-keys, ids), axis=-1)  # by id, then best key first
+    ids_s = np.take_along_axis(ids, order, axis=1)
+    keys_s = np.take_along_axis(keys, order, axis=1)
+    dup = np.zeros(ids_s.shape, dtype=bool)
+    dup[:, 1:] = ids_s[:, 1:] == ids_s[:, :-1]
+    keys_s[dup] = -np.inf
+    ids_s[dup] = KS.EMPTY_ID
+    k = min(k, ids_s.shape[1])
+    order = np.lexsort((ids_s, -keys_s), axis=-1)[:, :k]
+    keys_s = np.take_along_axis(keys_s, order, axis=1)
+    ids_s = np.take_along_axis(ids_s, order, axis=1)
+    ids_s[ids_s == KS.EMPTY_ID] = -1
+    return keys_s, ids_s
