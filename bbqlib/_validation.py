@@ -64,7 +64,8 @@ def check_vectors(
             f"{name} has dimension {arr.shape[1]} but the quantizer/index was fitted with "
             f"dimension {dim}; pass vectors of dimension {dim}"
         )
-    out = np.ascontiguousarray(arr, dtype=np.float32)
+    with np.errstate(over="ignore"):  # beyond float32 range becomes inf, reported below
+        out = np.ascontiguousarray(arr, dtype=np.float32)
     if not np.isfinite(out).all():
         bad = np.flatnonzero(~np.isfinite(out).all(axis=1))
         raise ValueError(
@@ -108,8 +109,8 @@ def prepare_for_similarity(X: np.ndarray, similarity: Similarity, name: str = "X
         off = np.flatnonzero(np.abs(sq - 1.0) > UNIT_NORM_TOLERANCE)
         if off.size:
             raise ValueError(
-                f"dot_product requires unit-length vectors, but {off.size} row(s) of {name} are not "
-                f"(row {off[0]} has squared norm {sq[off[0]]:.6g}); normalize them, or use "
+                f"dot_product requires unit-length vectors, but {off.size} row(s) of {name} are "
+                f"not (row {off[0]} has squared norm {sq[off[0]]:.6g}); normalize them, or use "
                 "similarity='cosine' (normalizes for you) or 'max_inner_product' (any length)"
             )
     return X

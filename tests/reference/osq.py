@@ -12,10 +12,10 @@ Lucene/Elasticsearch ``OptimizedScalarQuantizer``, step by step:
 5. codes by Java's ``Math.round`` (``floor(t + 0.5)``), all zero when ``b == a``;
 6. corrections ``(a, b, ‖x‖² or ⟨v, c⟩, Σk)``.
 
-Arithmetic follows ``bbqlib._kernels.osq`` operation by operation (float32 centring and
-float32 interval ends, float64 everywhere else, left-to-right sums through ``np.cumsum``) so
-that codes and intervals agree bit for bit; only the loop structure differs (rows in parallel
-as arrays, rows dropping out of the optimization through a mask).
+Arithmetic follows ``bbqlib._kernels.osq`` operation by operation (float32 centring, interval
+ends rounded to float32 but combined in float64, float64 everywhere else, left-to-right sums
+through ``np.cumsum``) so that codes and intervals agree bit for bit; only the loop structure
+differs (rows in parallel as arrays, rows dropping out of the optimization through a mask).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _clamp(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def initial_interval(x: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """``clamp(mean ∓ g_B·std, xmin, xmax)`` of centred rows ``x`` (float64), as float32."""
+    """``clamp(mean ∓ g_B·std, xmin, xmax)`` of centred rows ``x`` (float64), float32 values."""
     d = x.shape[1]
     mean = seq_sum(x) / d
     diff = x - mean[:, None]
@@ -81,12 +81,22 @@ def initial_interval(x: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
+def _grid(a, b, levels: float):
+    """``step = (b - a) / levels`` and its inverse ``levels / (b - a)`` (0 when b == a)."""
+    width = b - a
+    with np.errstate(divide="ignore"):
+        inv = np.where(width != 0.0, levels / np.where(width != 0.0, width, 1.0), 0.0)
+    return width / levels, inv
+
+
 def osq_loss(x, a, b, levels: float, norm2, lam: float) -> np.ndarray:
-    """Anisotropic loss (spec §1.3) of float32 intervals ``[a, b]`` per row of ``x``."""
+    """Anisotropic loss (spec §1.3) of intervals ``[a, b]`` per row of ``x`` (float64)."""
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    step, inv = _grid(a, b, levels)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        step = (b - a).astype(np.float64) / levels  # b - a rounds in float32 first
-        inv = np.where(step != 0.0, 1.0 / step, 0.0)
-        q = a[:, None] + step[:, None] * java_round((_clamp(x, a, b) - a[:, None]) * inv[:, None])
+        k = java_round((_clamp(x, a, b) - a[:, None]) * inv[:, None])
+        q = a[:, None] + step[:, None] * k
         err = x - q
         xe = seq_sum(x * err)
         e = seq_sum(err * err)
@@ -116,15 +126,14 @@ def osq_reference(
     n, d = X.shape
     levels = float(2**bits - 1)
 
-    x32 = X - c  # float32 centring
-    x = x32.astype(np.float64)
-    norm2 = seq_sum((x32 * x32).astype(np.float64))  # float32 squares, float64 sum
+    x = (X - c).astype(np.float64)  # float32 centring, then float64
+    norm2 = seq_sum(x * x)
     cdot = seq_sum(X.astype(np.float64) * c.astype(np.float64))
-    a, b = initial_interval(x, bits)
+    a32, b32 = initial_interval(x, bits)
+    a, b = a32.astype(np.float64), b32.astype(np.float64)
 
-    with np.errstate(divide="ignore", over="ignore"):
-        scale = np.where(norm2 > 0.0, (1.0 - lam) / np.where(norm2 > 0.0, norm2, 1.0), np.inf)
-    active = np.isfinite(scale) & (iters > 0)  # norm2 == 0: nothing to optimize
+    active = (norm2 > 0.0) & (iters > 0)  # norm2 == 0: nothing to optimize
+    scale = (1.0 - lam) / np.where(active, norm2, 1.0)
     best = osq_loss(x, a, b, levels, norm2, lam)
     iterations = np.zeros(n, dtype=np.int64)
 
@@ -133,9 +142,8 @@ def osq_reference(
         if rows.size == 0:
             break
         xr, ar, br = x[rows], a[rows], b[rows]
-        with np.errstate(divide="ignore"):
-            step_inv = np.where(br != ar, levels / (br - ar).astype(np.float64), 0.0)
-        s = java_round((_clamp(xr, ar, br) - ar[:, None]) * step_inv[:, None]) / levels
+        _, inv = _grid(ar, br, levels)
+        s = java_round((_clamp(xr, ar, br) - ar[:, None]) * inv[:, None]) / levels
         daa = seq_sum((1.0 - s) * (1.0 - s))
         dab = seq_sum((1.0 - s) * s)
         dbb = seq_sum(s * s)
@@ -150,8 +158,9 @@ def osq_reference(
         singular = det == 0.0
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             safe = np.where(singular, 1.0, det)
-            a_new = ((m2 * dax - m1 * dbx) / safe).astype(np.float32)
-            b_new = ((m0 * dbx - m1 * dax) / safe).astype(np.float32)
+            # the new ends are rounded to float32, as Lucene stores them
+            a_new = ((m2 * dax - m1 * dbx) / safe).astype(np.float32).astype(np.float64)
+            b_new = ((m0 * dbx - m1 * dax) / safe).astype(np.float32).astype(np.float64)
             unmoved = (np.abs(ar - a_new) < 1e-8) & (np.abs(br - b_new) < 1e-8)
         loss = osq_loss(xr, a_new, b_new, levels, norm2[rows], lam)
         worse = loss > best[rows]
@@ -161,16 +170,16 @@ def osq_reference(
         iterations[took] += 1
         active[rows[~accept]] = False
 
+    step = (b - a) / levels
     with np.errstate(divide="ignore", invalid="ignore"):
-        step = (b - a).astype(np.float64) / levels
         t = (_clamp(x, a, b) - a[:, None]) / np.where(step != 0.0, step, 1.0)[:, None]
     # Java: Math.round(NaN) == 0 when the interval collapses (b == a).
     k = np.where(step[:, None] != 0.0, java_round(t), 0.0)
     codes = k.astype(np.uint8)
     return OSQReference(
         codes=codes,
-        lower=a,
-        upper=b,
+        lower=a.astype(np.float32),
+        upper=b.astype(np.float32),
         additional=(norm2 if euclidean else cdot).astype(np.float32),
         component_sum=codes.sum(axis=1, dtype=np.int64),
         iterations=iterations,
