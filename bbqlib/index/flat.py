@@ -151,13 +151,14 @@ class FlatIndex:
             return self._search_bound(Q, k, codes, vectors, allowed)
         if rerank not in (True, False):
             raise ValueError(f"rerank must be True, False or 'bound', got {rerank!r}")
-        if rerank and vectors is None:
+        # store_vectors, not `vectors is None`: an empty index has no vectors yet either.
+        if rerank and not self.store_vectors:
             raise ValueError(
                 "this index keeps no float vectors (store_vectors=False); search with rerank=False"
             )
+        oversample = check_oversample(oversample, q.encoding_.default_oversample)
         if n == 0:
             return finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), k, q.similarity_)
-        oversample = check_oversample(oversample, q.encoding_.default_oversample)
         depth = candidate_count(k, oversample, n) if rerank else min(k, n)
         raw, ids = q.search(Q, codes, depth, allowed=allowed)
         if rerank:

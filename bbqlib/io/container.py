@@ -113,6 +113,8 @@ def _read_header(f, path: Path, size: int) -> dict:
     if len(prefix) < _PREFIX.size or prefix[:8] != MAGIC:
         raise CorruptFileError(f"{path} is not a bbqlib file (bad magic)")
     _, version, header_len, header_crc, _ = _PREFIX.unpack(prefix)
+    if version < 1:  # no version 0 was ever written: a flipped bit
+        raise CorruptFileError(f"{path} is corrupted (format version {version})")
     if version > FORMAT_VERSION:
         raise CorruptFileError(
             f"{path} has format version {version}; this bbqlib reads up to "
