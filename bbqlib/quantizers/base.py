@@ -117,6 +117,36 @@ class Quantizer:
         raw[ids < 0] = np.nan
         return raw, ids
 
+    # -- candidate scorer (bbqlib.adapters, issue 6) ---------------------------------------
+    def scorer(self, query, enc: EncodedVectors):
+        """A callable ``score_ids(ids) -> float32`` of one query's estimates for chosen docs.
+
+        For engines that bring their own candidates (graphs, IVF lists): the query is quantized
+        once, here; each call scores only ``ids`` in one numba kernel. The values equal
+        ``self.estimate(query, enc)[0, ids]`` exactly (raw: squared L2 or inner product).
+
+        Parameters
+        ----------
+        query : float array [d] (or [1, d])
+        enc : EncodedVectors from :meth:`encode`
+
+        Returns
+        -------
+        bbqlib.adapters.CandidateScorer
+            ``score_ids(ids)`` takes integer ids in ``[0, len(enc))`` (any integer dtype).
+        """
+        from ..adapters.scorer import CandidateScorer
+
+        self._check_encoded(enc)
+        qc = self.query_codes(query)
+        if len(qc) != 1:
+            raise ValueError(
+                f"query must be one vector [d], got {len(qc)} rows; make one scorer per query"
+            )
+        return CandidateScorer(qc, self._cached_doc_codes(enc))
+
+    # -- end of candidate scorer ------------------------------------------------------------
+
     def _fingerprint(self, *parts) -> str:
         h = hashlib.blake2b(digest_size=8)
         h.update(type(self).__name__.encode())

@@ -1,0 +1,385 @@
+"""Scoring chosen candidates: estimates of id lists, top-k over lists, a usearch metric.
+
+Graph and IVF engines hand bbqlib candidate ids; these kernels score exactly those docs with
+the correction algebra of :mod:`bbqlib._kernels.scoring` (the same ``_raw`` expression, in the
+same order, no fastmath), so a candidate's estimate equals its entry in the dense estimate to
+the last bit.
+
+* ``score_ids_*`` — raw estimates of queries ``[nq]`` against candidate ids ``[nq, m]``
+  (``-1`` padding gives ``nan``); serial, plus ``*_parallel`` twins over queries.
+* ``topk_lists_*`` — best ``k`` per query over the docs of the probed lists (IVF-shaped
+  candidate generators: faiss coarse quantizers, hnswlib graphs over centroids).
+* ``exact_ids`` — exact raw values (d², inner product or cosine) of one float query against
+  float vectors at candidate ids.
+* :func:`doc_doc_metric` — a numba ``cfunc`` for usearch: the symmetric doc × doc estimate of
+  two records (packed codes zero padded to 8 bytes, five float32 factors, 4 zero bytes).
+
+Layouts follow :mod:`bbqlib.scoring`: ``planes`` (uint64 words), ``bytes`` (uint8 codes) and
+``float`` (float32 query against uint8 codes; plane-packed docs are unpacked one at a time into
+a scratch row, so the sum runs in the same order as ``estimate_float``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import carray
+
+from .policy import kernel, parallel_kernel, prange
+from .scoring import _offer, _raw, byte_dot, float_dot, plane_dot
+
+__all__ = [
+    "score_ids_planes",
+    "score_ids_bytes",
+    "score_ids_float",
+    "score_ids_planes_parallel",
+    "score_ids_bytes_parallel",
+    "score_ids_float_parallel",
+    "topk_lists_planes",
+    "topk_lists_bytes",
+    "topk_lists_float",
+    "exact_ids",
+    "id_range",
+    "unpack_row",
+    "doc_doc_metric",
+    "RECORD_TAIL",
+]
+
+#: Bytes after the codes in a usearch record: five float32 factors and four zero bytes.
+RECORD_TAIL = 24
+
+
+@kernel(inline="always")
+def unpack_row(packed, planes, plane_bytes, dim, buf):
+    """Codes of one plane-packed doc into ``buf[:dim]`` (dim 8j + t: byte j, bit 7 - t)."""
+    for i in range(dim):
+        buf[i] = 0
+    for s in range(planes):
+        base = s * plane_bytes
+        for i in range(dim):
+            bit = (np.int64(packed[base + (i >> 3)]) >> (7 - (i & 7))) & 1
+            buf[i] |= np.uint8(bit << s)
+
+
+# ----------------------------------------------------------------------------- id lists
+# One inline body per layout; the serial kernels serve one query (a scorer call, where waking
+# the thread pool would cost more than the work), the parallel ones batches of queries.
+
+
+@kernel(inline="always")
+def _ids_planes_row(qw, qf, dw, df, qp, dp, words, dim, cc, is_l2, ids, out):
+    for j in range(ids.shape[0]):
+        i = ids[j]
+        if i < 0:
+            out[j] = np.nan
+        else:
+            out[j] = _raw(dim, df[i], qf, plane_dot(qw, dw[i], qp, dp, words), cc, is_l2)
+
+
+@kernel(inline="always")
+def _ids_bytes_row(qb, qf, db, df, dim, cc, is_l2, ids, out):
+    for j in range(ids.shape[0]):
+        i = ids[j]
+        if i < 0:
+            out[j] = np.nan
+        else:
+            out[j] = _raw(dim, df[i], qf, byte_dot(qb, db[i]), cc, is_l2)
+
+
+@kernel(inline="always")
+def _ids_float_row(qv, qf, codes, df, planes, plane_bytes, dim, cc, is_l2, ids, out, buf):
+    for j in range(ids.shape[0]):
+        i = ids[j]
+        if i < 0:
+            out[j] = np.nan
+        elif planes == 0:
+            out[j] = _raw(dim, df[i], qf, float_dot(qv, codes[i, :dim]), cc, is_l2)
+        else:
+            unpack_row(codes[i], planes, plane_bytes, dim, buf)
+            out[j] = _raw(dim, df[i], qf, float_dot(qv, buf), cc, is_l2)
+
+
+@kernel
+def score_ids_planes(qw, qf, dw, df, qp, dp, words, dim, cc, is_l2, ids, out):
+    """Raw estimates ``out[q, j]`` of plane query ``q`` and plane doc ``ids[q, j]``."""
+    for q in range(ids.shape[0]):
+        _ids_planes_row(qw[q], qf[q], dw, df, qp, dp, words, dim, cc, is_l2, ids[q], out[q])
+
+
+@parallel_kernel
+def score_ids_planes_parallel(qw, qf, dw, df, qp, dp, words, dim, cc, is_l2, ids, out):
+    for q in prange(ids.shape[0]):
+        _ids_planes_row(qw[q], qf[q], dw, df, qp, dp, words, dim, cc, is_l2, ids[q], out[q])
+
+
+@kernel
+def score_ids_bytes(qb, qf, db, df, dim, cc, is_l2, ids, out):
+    """Raw estimates ``out[q, j]`` of byte query ``q`` and byte doc ``ids[q, j]``."""
+    for q in range(ids.shape[0]):
+        _ids_bytes_row(qb[q], qf[q], db, df, dim, cc, is_l2, ids[q], out[q])
+
+
+@parallel_kernel
+def score_ids_bytes_parallel(qb, qf, db, df, dim, cc, is_l2, ids, out):
+    for q in prange(ids.shape[0]):
+        _ids_bytes_row(qb[q], qf[q], db, df, dim, cc, is_l2, ids[q], out[q])
+
+
+@kernel
+def score_ids_float(qv, qf, codes, df, planes, plane_bytes, dim, cc, is_l2, ids, out):
+    """Raw estimates of float queries against uint8 codes (``planes`` > 0: plane-packed rows)."""
+    buf = np.empty(dim, dtype=np.uint8)
+    for q in range(ids.shape[0]):
+        _ids_float_row(
+            qv[q], qf[q], codes, df, planes, plane_bytes, dim, cc, is_l2, ids[q], out[q], buf
+        )
+
+
+@parallel_kernel
+def score_ids_float_parallel(qv, qf, codes, df, planes, plane_bytes, dim, cc, is_l2, ids, out):
+    for q in prange(ids.shape[0]):
+        buf = np.empty(dim, dtype=np.uint8)
+        _ids_float_row(
+            qv[q], qf[q], codes, df, planes, plane_bytes, dim, cc, is_l2, ids[q], out[q], buf
+        )
+
+
+# ----------------------------------------------------------------------------- probed lists
+# Docs are stored list by list: rows ``list_ptr[l] .. list_ptr[l + 1]`` belong to list ``l``
+# and ``row_ids[r]`` is the caller's id of row ``r``. ``probes[q]`` lists the lists to visit
+# (``-1``: none). Keys are ``-d²`` or the inner product; ties break by the lower caller id.
+
+
+@kernel(inline="always")
+def _key(raw, is_l2):
+    return -raw if is_l2 else raw
+
+
+@parallel_kernel
+def topk_lists_planes(
+    qw, qf, dw, df, qp, dp, words, dim, cc, is_l2, list_ptr, row_ids, probes, out_keys, out_ids
+):
+    for q in prange(probes.shape[0]):
+        for p in range(probes.shape[1]):
+            lst = probes[q, p]
+            if lst < 0:
+                continue
+            for r in range(list_ptr[lst], list_ptr[lst + 1]):
+                dot = plane_dot(qw[q], dw[r], qp, dp, words)
+                key = _key(_raw(dim, df[r], qf[q], dot, cc, is_l2), is_l2)
+                if key >= out_keys[q, 0]:
+                    _offer(out_keys[q], out_ids[q], key, row_ids[r])
+
+
+@parallel_kernel
+def topk_lists_bytes(qb, qf, db, df, dim, cc, is_l2, list_ptr, row_ids, probes, out_keys, out_ids):
+    for q in prange(probes.shape[0]):
+        for p in range(probes.shape[1]):
+            lst = probes[q, p]
+            if lst < 0:
+                continue
+            for r in range(list_ptr[lst], list_ptr[lst + 1]):
+                key = _key(_raw(dim, df[r], qf[q], byte_dot(qb[q], db[r]), cc, is_l2), is_l2)
+                if key >= out_keys[q, 0]:
+                    _offer(out_keys[q], out_ids[q], key, row_ids[r])
+
+
+@parallel_kernel
+def topk_lists_float(
+    qv,
+    qf,
+    codes,
+    df,
+    planes,
+    plane_bytes,
+    dim,
+    cc,
+    is_l2,
+    list_ptr,
+    row_ids,
+    probes,
+    out_keys,
+    out_ids,
+):
+    for q in prange(probes.shape[0]):
+        buf = np.empty(dim, dtype=np.uint8)
+        for p in range(probes.shape[1]):
+            lst = probes[q, p]
+            if lst < 0:
+                continue
+            for r in range(list_ptr[lst], list_ptr[lst + 1]):
+                if planes == 0:
+                    dot = float_dot(qv[q], codes[r, :dim])
+                else:
+                    unpack_row(codes[r], planes, plane_bytes, dim, buf)
+                    dot = float_dot(qv[q], buf)
+                key = _key(_raw(dim, df[r], qf[q], dot, cc, is_l2), is_l2)
+                if key >= out_keys[q, 0]:
+                    _offer(out_keys[q], out_ids[q], key, row_ids[r])
+
+
+@kernel
+def id_range(ids):
+    """``(min, max)`` of a non-empty int64 array in one pass (cheaper than two NumPy calls)."""
+    lo = ids[0]
+    hi = ids[0]
+    for j in range(1, ids.shape[0]):
+        v = ids[j]
+        lo = min(lo, v)
+        hi = max(hi, v)
+    return lo, hi
+
+
+# ----------------------------------------------------------------------------- exact values
+
+
+@kernel
+def exact_ids(query, vectors, ids, mode, out):
+    """Exact raw values of one float query and ``vectors[ids[j]]`` (float64 sums).
+
+    ``mode``: 0 inner product, 1 squared L2, 2 cosine (the inner product over the doc's norm;
+    the query is already unit length). Ids < 0 give ``nan``.
+    """
+    d = query.shape[0]
+    for j in range(ids.shape[0]):
+        i = ids[j]
+        if i < 0:
+            out[j] = np.nan
+            continue
+        acc = 0.0
+        if mode == 1:
+            for t in range(d):
+                diff = np.float64(query[t]) - np.float64(vectors[i, t])
+                acc += diff * diff
+        elif mode == 0:
+            for t in range(d):
+                acc += np.float64(query[t]) * np.float64(vectors[i, t])
+        else:
+            sq = 0.0
+            for t in range(d):
+                x = np.float64(vectors[i, t])
+                acc += np.float64(query[t]) * x
+                sq += x * x
+            acc = acc / np.sqrt(sq)
+        out[j] = acc
+
+
+# ----------------------------------------------------------------------------- usearch metric
+# A record is the codes (bit planes, or one byte per dimension, zero padded to a multiple of 8
+# bytes) followed by RECORD_TAIL bytes: float32 (a_x, l_x, ΣX, add_x, sqrt(D)·a_x) and four
+# zero bytes. The first four are the factor row the scan kernels use; the fifth carries the
+# dimension, so one compiled callback serves every dimension (and caches to disk): the
+# term D·a_x·a_y becomes (sqrt(D)·a_x)·(sqrt(D)·a_y). Zero padding adds nothing to <X, Y>.
+
+
+@kernel(inline="always")
+def _sym_distance(x, y, dot, fo, is_l2):
+    # Symmetric in (x, y) bit for bit: every product and two-term sum commutes.
+    xf = x.view(np.float32)
+    yf = y.view(np.float32)
+    ax = np.float64(xf[fo])
+    ay = np.float64(yf[fo])
+    lx = np.float64(xf[fo + 1])
+    ly = np.float64(yf[fo + 1])
+    s = np.float64(xf[fo + 4]) * np.float64(yf[fo + 4])
+    s = s + (ay * (lx * np.float64(xf[fo + 2])) + ax * (ly * np.float64(yf[fo + 2])))
+    s = s + (lx * ly) * dot
+    add = np.float64(xf[fo + 3]) + np.float64(yf[fo + 3])
+    if is_l2:
+        return np.float32(add - 2.0 * s)
+    # 1 - ip + <c, c>: <c, c> is the same for every pair, so it is left out (ranks only).
+    return np.float32(1.0 - (s + add))
+
+
+@kernel(inline="always")
+def _sym_planes(a, b, n, planes, is_l2):
+    size = np.int64(n)
+    x = carray(a, size)
+    y = carray(b, size)
+    code_bytes = size - RECORD_TAIL
+    words = code_bytes // (8 * planes)
+    dot = plane_dot(x.view(np.uint64), y.view(np.uint64), planes, planes, words)
+    return _sym_distance(x, y, dot, code_bytes // 4, is_l2)
+
+
+@kernel(inline="always")
+def _sym_bytes(a, b, n, is_l2):
+    size = np.int64(n)
+    x = carray(a, size)
+    y = carray(b, size)
+    code_bytes = size - RECORD_TAIL
+    dot = byte_dot(x[:code_bytes], y[:code_bytes])
+    return _sym_distance(x, y, dot, code_bytes // 4, is_l2)
+
+
+# One plain function per (layout, metric); compiled by doc_doc_metric on first use.
+def _p1_l2(a, b, n, m):
+    return _sym_planes(a, b, n, 1, True)
+
+
+def _p1_ip(a, b, n, m):
+    return _sym_planes(a, b, n, 1, False)
+
+
+def _p2_l2(a, b, n, m):
+    return _sym_planes(a, b, n, 2, True)
+
+
+def _p2_ip(a, b, n, m):
+    return _sym_planes(a, b, n, 2, False)
+
+
+def _p4_l2(a, b, n, m):
+    return _sym_planes(a, b, n, 4, True)
+
+
+def _p4_ip(a, b, n, m):
+    return _sym_planes(a, b, n, 4, False)
+
+
+def _bytes_l2(a, b, n, m):
+    return _sym_bytes(a, b, n, True)
+
+
+def _bytes_ip(a, b, n, m):
+    return _sym_bytes(a, b, n, False)
+
+
+_METRICS = {
+    (1, True): _p1_l2,
+    (1, False): _p1_ip,
+    (2, True): _p2_l2,
+    (2, False): _p2_ip,
+    (4, True): _p4_l2,
+    (4, False): _p4_ip,
+    (0, True): _bytes_l2,
+    (0, False): _bytes_ip,
+}
+
+
+@functools.cache
+def doc_doc_metric(planes: int, is_l2: bool):
+    """The symmetric doc × doc distance of two records, as a C callback for usearch.
+
+    Parameters
+    ----------
+    planes : {1, 2, 4} for bit-plane records, 0 for byte records (7/8-bit codes)
+    is_l2 : True: estimated ``d²``; False: ``1 - ip`` up to a constant (``<c, c>``)
+
+    Returns
+    -------
+    numba.core.ccallback.CFunc
+        usearch's ``ArrayArraySize`` signature ``float32(uint8*, uint8*, uint64, uint64)``
+        (the first size is the record length); ``.address`` is the function pointer. Compiled
+        once per process (and cached on disk); keep the object alive while an index uses it.
+    """
+    from numba import cfunc, types
+
+    key = (int(planes), bool(is_l2))
+    if key not in _METRICS:
+        raise ValueError(f"planes must be 1, 2, 4 (bit planes) or 0 (bytes), got {planes!r}")
+    signature = types.float32(
+        types.CPointer(types.uint8), types.CPointer(types.uint8), types.uint64, types.uint64
+    )
+    return cfunc(signature, nopython=True, cache=True)(_METRICS[key])
