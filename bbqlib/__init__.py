@@ -10,7 +10,7 @@ from ._validation import NotFittedError
 from .encoding import ENCODINGS, Encoding, get_encoding
 from .index import FlatIndex, IVFIndex
 from .io.container import CorruptFileError
-from .quantizers import BBQQuantizer, EncodedVectors, Quantizer
+from .quantizers import BBQQuantizer, EncodedVectors, Quantizer, ScalarQuantizer
 from .similarity import Similarity
 
 __version__ = "0.1.0"
@@ -25,6 +25,7 @@ __all__ = [
     "IVFIndex",
     "NotFittedError",
     "Quantizer",
+    "ScalarQuantizer",
     "Similarity",
     "get_encoding",
     "load",

@@ -4,10 +4,12 @@ from .base import Quantizer
 from .bbq import BBQQuantizer
 from .encoded import EncodedVectors
 from .registry import quantizer_from_state, register_quantizer
+from .scalar import ScalarQuantizer
 
 __all__ = [
     "Quantizer",
     "BBQQuantizer",
+    "ScalarQuantizer",
     "EncodedVectors",
     "quantizer_from_state",
     "register_quantizer",
