@@ -40,6 +40,7 @@ __all__ = [
     "topk_lists_bytes",
     "topk_lists_float",
     "exact_ids",
+    "exact_ids_parallel",
     "id_range",
     "unpack_row",
     "doc_doc_metric",
@@ -234,13 +235,8 @@ def id_range(ids):
 # ----------------------------------------------------------------------------- exact values
 
 
-@kernel
-def exact_ids(query, vectors, ids, mode, out):
-    """Exact raw values of one float query and ``vectors[ids[j]]`` (float64 sums).
-
-    ``mode``: 0 inner product, 1 squared L2, 2 cosine (the inner product over the doc's norm;
-    the query is already unit length). Ids < 0 give ``nan``.
-    """
+@kernel(inline="always")
+def _exact_row(query, vectors, ids, mode, out):
     d = query.shape[0]
     for j in range(ids.shape[0]):
         i = ids[j]
@@ -263,6 +259,23 @@ def exact_ids(query, vectors, ids, mode, out):
                 sq += x * x
             acc = acc / np.sqrt(sq)
         out[j] = acc
+
+
+@kernel
+def exact_ids(query, vectors, ids, mode, out):
+    """Exact raw values of one float query and ``vectors[ids[j]]`` (float64 sums).
+
+    ``mode``: 0 inner product, 1 squared L2, 2 cosine (the inner product over the doc's norm;
+    the query is already unit length). Ids < 0 give ``nan``.
+    """
+    _exact_row(query, vectors, ids, mode, out)
+
+
+@parallel_kernel
+def exact_ids_parallel(queries, vectors, ids, mode, out):
+    """:func:`exact_ids` for queries ``[nq, d]`` and candidate ids ``[nq, m]``."""
+    for q in prange(ids.shape[0]):
+        _exact_row(queries[q], vectors, ids[q], mode, out[q])
 
 
 # ----------------------------------------------------------------------------- usearch metric

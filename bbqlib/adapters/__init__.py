@@ -11,6 +11,20 @@ The engines are optional: each submodule imports its engine when used and names 
 extra when it is missing.
 """
 
-from .scorer import CandidateScorer, ExactScorer, check_ids, exact_scorer
+from .scorer import (
+    CandidateScorer,
+    ExactScorer,
+    check_ids,
+    exact_candidates,
+    exact_scorer,
+    score_candidates,
+)
 
-__all__ = ["CandidateScorer", "ExactScorer", "check_ids", "exact_scorer"]
+__all__ = [
+    "CandidateScorer",
+    "ExactScorer",
+    "check_ids",
+    "exact_candidates",
+    "exact_scorer",
+    "score_candidates",
+]

@@ -15,7 +15,14 @@ from .._validation import check_vectors, prepare_for_similarity
 from ..scoring import DocCodes, QueryCodes
 from ..similarity import Similarity, resolve_similarity
 
-__all__ = ["CandidateScorer", "ExactScorer", "exact_scorer", "check_ids"]
+__all__ = [
+    "CandidateScorer",
+    "ExactScorer",
+    "check_ids",
+    "exact_candidates",
+    "exact_scorer",
+    "score_candidates",
+]
 
 
 def check_ids(ids, n: int, name: str = "ids") -> np.ndarray:
@@ -46,6 +53,80 @@ def check_ids(ids, n: int, name: str = "ids") -> np.ndarray:
     return out
 
 
+def _kernel_args(query: QueryCodes, docs: DocCodes) -> tuple[str, tuple]:
+    """The layout and the leading kernel arguments of a (queries, docs) pair."""
+    if query.kind != "float" and query.kind != docs.kind:
+        raise ValueError(f"query layout {query.kind!r} does not match doc layout {docs.kind!r}")
+    common = (docs.dim, docs.centroid_dot, docs.is_l2)
+    if query.kind == "planes":
+        return "planes", (
+            query.data,
+            query.factors,
+            docs.data,
+            docs.factors,
+            query.planes,
+            docs.planes,
+            docs.words,
+            *common,
+        )
+    if query.kind == "bytes":
+        return "bytes", (query.data, query.factors, docs.data, docs.factors, *common)
+    codes = docs.data.view(np.uint8) if docs.kind == "planes" else docs.data
+    return "float", (
+        np.ascontiguousarray(query.data, np.float32),
+        query.factors,
+        codes,
+        docs.factors,
+        docs.planes if docs.kind == "planes" else 0,
+        docs.words * 8,
+        *common,
+    )
+
+
+_SERIAL = {
+    "planes": K.score_ids_planes,
+    "bytes": K.score_ids_bytes,
+    "float": K.score_ids_float,
+}
+_PARALLEL = {
+    "planes": K.score_ids_planes_parallel,
+    "bytes": K.score_ids_bytes_parallel,
+    "float": K.score_ids_float_parallel,
+}
+
+
+def score_candidates(query: QueryCodes, docs: DocCodes, ids) -> np.ndarray:
+    """Estimates of each query against its own candidate ids, in parallel over queries.
+
+    Parameters
+    ----------
+    query : QueryCodes
+        ``nq`` quantized queries (:meth:`bbqlib.Quantizer.query_codes`).
+    docs : DocCodes
+        The docs as the kernels see them.
+    ids : int array [nq, m]
+        Candidate rows per query; ``-1`` marks padding (engines return short lists).
+
+    Returns
+    -------
+    float32 [nq, m]
+        Raw estimates (squared L2 or inner product); ``nan`` at padding.
+    """
+    ids = np.asarray(ids)
+    if ids.ndim != 2 or ids.shape[0] != len(query):
+        raise ValueError(
+            f"ids must be [nq, m] with nq = {len(query)} (one row per query), got {ids.shape}"
+        )
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    if ids.size and ids.max() >= len(docs):
+        raise ValueError(f"ids must be below {len(docs)} (the number of docs), got {ids.max()}")
+    layout, args = _kernel_args(query, docs)
+    out = np.empty(ids.shape, dtype=np.float32)
+    if ids.size:
+        _PARALLEL[layout](*args, ids, out)
+    return out
+
+
 class CandidateScorer:
     """``score_ids(ids)``: raw estimates of one quantized query against chosen docs.
 
@@ -66,40 +147,11 @@ class CandidateScorer:
     def __init__(self, query: QueryCodes, docs: DocCodes):
         if len(query) != 1:
             raise ValueError(f"a scorer takes exactly one query, got {len(query)}")
-        if query.kind != "float" and query.kind != docs.kind:
-            raise ValueError(f"query layout {query.kind!r} does not match doc layout {docs.kind!r}")
+        layout, self._args = _kernel_args(query, docs)
+        self._call = _SERIAL[layout]
         self.query = query
         self.docs = docs
         self.n = len(docs)
-        common = (docs.dim, docs.centroid_dot, docs.is_l2)
-        if query.kind == "planes":
-            self._call = K.score_ids_planes
-            self._args = (
-                query.data,
-                query.factors,
-                docs.data,
-                docs.factors,
-                query.planes,
-                docs.planes,
-                docs.words,
-                *common,
-            )
-        elif query.kind == "bytes":
-            self._call = K.score_ids_bytes
-            self._args = (query.data, query.factors, docs.data, docs.factors, *common)
-        else:
-            codes = docs.data.view(np.uint8) if docs.kind == "planes" else docs.data
-            plane_bytes = docs.words * 8
-            self._call = K.score_ids_float
-            self._args = (
-                np.ascontiguousarray(query.data, np.float32),
-                query.factors,
-                codes,
-                docs.factors,
-                docs.planes if docs.kind == "planes" else 0,
-                plane_bytes,
-                *common,
-            )
 
     def __call__(self, ids) -> np.ndarray:
         """Float32 raw estimates [len(ids)] of the query against docs ``ids``."""
@@ -194,5 +246,47 @@ def exact_scorer(query, vectors, similarity="cosine") -> ExactScorer:
         )
     if sim is Similarity.COSINE:
         q = prepare_for_similarity(q, sim, "query")
-    mode = 1 if sim.is_distance else (2 if sim is Similarity.COSINE else 0)
-    return ExactScorer(q[0], vec, sim, mode)
+    return ExactScorer(q[0], vec, sim, _exact_mode(sim, normalized=False))
+
+
+def _exact_mode(similarity: Similarity, normalized: bool) -> int:
+    if similarity.is_distance:
+        return 1
+    return 2 if similarity is Similarity.COSINE and not normalized else 0
+
+
+def exact_candidates(queries, vectors, ids, similarity, *, normalized: bool = False):
+    """Exact raw values of each query against its candidate rows of float vectors.
+
+    Parameters
+    ----------
+    queries : float32 [nq, d]
+        Prepared queries (unit length for cosine).
+    vectors : float array [n, d]
+        Memory-mapped arrays are read only at the candidate rows; float16 rows are gathered.
+    ids : int array [nq, m]
+        Candidate rows, ``-1`` padding (gives ``nan``).
+    similarity : Similarity
+    normalized : bool
+        For cosine: the vectors are unit length already (skip the per-doc norm).
+
+    Returns
+    -------
+    float64 [nq, m]
+    """
+    sim = resolve_similarity(similarity)
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    mode = _exact_mode(sim, normalized)
+    out = np.empty(ids.shape, dtype=np.float64)
+    if ids.size == 0:
+        return out
+    vec = vectors.view(np.ndarray) if isinstance(vectors, np.memmap) else np.asarray(vectors)
+    if vec.dtype not in (np.float32, np.float64):  # float16: gather the rows as float32
+        rows = np.asarray(vec[np.maximum(ids, 0).ravel()], dtype=np.float32)
+        local = np.arange(ids.size, dtype=np.int64).reshape(ids.shape)
+        local[ids < 0] = -1
+        K.exact_ids_parallel(queries, rows, local, mode, out)
+    else:
+        K.exact_ids_parallel(queries, vec, ids, mode, out)
+    return out
