@@ -29,7 +29,7 @@ def _java_round(t):
 
 
 @kernel(inline="always")
-def _grid_pass(x, a, b, levels, norm2, lam, sums):
+def _grid_pass(x, a, b, levels, norm2, lam, sums, grid_points):
     """One pass at interval [a, b]: the loss, and the normal-equation sums into ``sums``.
 
     Fusing the two (Lucene computes them in separate passes over the same codes) halves the
@@ -50,7 +50,7 @@ def _grid_pass(x, a, b, levels, norm2, lam, sums):
         err = xi - (a + step * k)
         xe += xi * err
         e += err * err
-        s = k / levels
+        s = grid_points[int(k)]  # == k / levels, looked up: a division per element is slow
         daa += (1.0 - s) * (1.0 - s)
         dab += (1.0 - s) * s
         dbb += s * s
@@ -80,6 +80,7 @@ def osq_quantize(
     n, d = X.shape
     levels = float((1 << bits) - 1)
     grid = MINIMUM_MSE_GRID[bits - 1]
+    grid_points = np.arange(1 << bits).astype(np.float64) / levels
     for r in prange(n):
         x = np.empty(d, dtype=np.float32)
         sums = np.empty(5, dtype=np.float64)
@@ -108,7 +109,7 @@ def osq_quantize(
 
         if norm2 > 0.0 and iters > 0:
             scale = (1.0 - lam) / norm2
-            best = _grid_pass(x, a, b, levels, norm2, lam, sums)
+            best = _grid_pass(x, a, b, levels, norm2, lam, sums, grid_points)
             for _ in range(iters):
                 m0 = scale * sums[3] * sums[3] + lam * sums[0]
                 m1 = scale * sums[3] * sums[4] + lam * sums[1]
@@ -120,7 +121,7 @@ def osq_quantize(
                 b_new = np.float64(np.float32((m0 * sums[4] - m1 * sums[3]) / det))
                 if abs(a - a_new) < 1e-8 and abs(b - b_new) < 1e-8:
                     break
-                loss = _grid_pass(x, a_new, b_new, levels, norm2, lam, new_sums)
+                loss = _grid_pass(x, a_new, b_new, levels, norm2, lam, new_sums, grid_points)
                 if loss > best:
                     break
                 a = a_new
