@@ -260,21 +260,28 @@ def test_plan_matches_reference():
             assert (pq[ps[q] : ps[q + 1]] == q).all()
 
 
+@pytest.mark.parametrize("d", [1, 65, 384])
 @pytest.mark.parametrize("is_l2", [False, True])
-@pytest.mark.parametrize("bits", [1, 4, 7])
-def test_residual_encoding_equals_quantizing_against_centroid(is_l2, bits):
-    """The per-pair residual trick gives the codes of quantizing the row against its centroid."""
-    rng = np.random.default_rng(bits)
-    d = 65
-    X = rng.normal(size=(40, d)).astype(np.float32)
+@pytest.mark.parametrize(("bits", "iters"), [(1, 5), (2, 5), (4, 1), (7, 1), (7, 5)])
+def test_pair_quantization_equals_quantize_rows(d, is_l2, bits, iters):
+    """The fused pair kernel gives exactly ``quantize_rows`` of the row against its centroid."""
+    rng = np.random.default_rng(bits * 100 + d)
+    X = (rng.normal(size=(40, d)) + 0.3).astype(np.float32)
+    X[3] = 0.0  # zero row
+    X[4] = 1.5  # constant row
     C = rng.normal(size=(5, d)).astype(np.float32)
-    rows = rng.integers(0, 40, 60)
-    lists = rng.integers(0, 5, 60)
-    codes, f = S.encode_residuals(X, rows, C, lists, bits, is_l2, 1, np.float64)
-    for i in range(60):
-        res = quantize_rows(X[rows[i] : rows[i] + 1], C[lists[i]], bits, euclidean=is_l2, iters=1)
-        np.testing.assert_array_equal(codes[i], res.codes[0])
-        assert f[i, 0] == res.lower[0] and f[i, 2] == res.component_sum[0]
+    C[2] = X[5]  # a row equal to its centroid: collapsed interval, codes 0
+    rows = np.concatenate([rng.integers(0, 40, 60), [3, 4, 5]])
+    lists = np.concatenate([rng.integers(0, 5, 60), [0, 1, 2]])
+    planes = bits if bits <= 4 else 0
+    codes, f = S.encode_residuals(X, rows, C, lists, bits, is_l2, iters, planes=planes)
+    for i in range(rows.size):
+        res = quantize_rows(X[rows[i]][None], C[lists[i]], bits, euclidean=is_l2, iters=iters)
+        expect = pack_planes(res.codes, bits) if planes else res.codes
+        np.testing.assert_array_equal(codes[i], expect[0])
+        assert f[i, 0] == res.lower[0]
+        assert f[i, 1] == (np.float64(res.upper[0]) - res.lower[0]) / (2**bits - 1)
+        assert f[i, 2] == res.component_sum[0]
         assert np.float32(f[i, 3]) == res.additional[0]
 
 

@@ -26,12 +26,20 @@ de-duplicates. Results do not depend on the thread count (one thread per query).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from .osq import MINIMUM_MSE_GRID, _grid_pass, _java_round
 from .policy import parallel_kernel, prange
 from .scoring import BLOCK, _block_keys, _offer, byte_dot, plane_dot
 
-__all__ = ["ivf_scan_planes", "ivf_scan_bytes", "score_selected_bytes", "pair_dots"]
+__all__ = [
+    "ivf_scan_planes",
+    "ivf_scan_bytes",
+    "score_selected_bytes",
+    "quantize_pairs",
+]
 
 
 @parallel_kernel
@@ -151,13 +159,101 @@ def score_selected_bytes(qb, qf, cb, cf, sel, dim, cc, is_l2, out):
 
 
 @parallel_kernel
-def pair_dots(X, C, rows, cols, out):
-    """``out[i] = <X[rows[i]], C[cols[i]]>`` accumulated in float64 (``<v, c>`` corrections)."""
+def quantize_pairs(X, C, rows, cols, bits, iters, lam, euclidean, planes, codes_out, factors_out):
+    """OSQ of ``X[rows[p]]`` against ``C[cols[p]]`` for every pair ``p``, written packed.
+
+    The row body of :func:`bbqlib._kernels.osq.osq_quantize` (same float32 centring, float64
+    sums in the same order, its fused ``_grid_pass``, Java rounding), so the result is bit for
+    bit ``quantize_rows(X[rows[p]][None], C[cols[p]], bits, iters=iters)``; here the centroid
+    changes per row, no residual matrix is formed, and the final pass writes the packed code.
+
+    ``planes`` > 0: ``codes_out`` uint8 [P, planes * padded_dim / 8] receives the bit planes
+    (least significant first, MSB-first bytes, as ``bbqlib.packing.pack_planes``); ``planes`` = 0:
+    ``codes_out`` uint8 [P, d] receives one code per byte. ``factors_out`` float64 [P, 4] gets
+    ``(a, (b - a) / (2^bits - 1), Σk, add)`` with ``add = ||x - c||²`` or ``<x, c>``.
+    """
+    n_pairs = rows.shape[0]
     d = X.shape[1]
-    for i in prange(rows.shape[0]):
-        r = rows[i]
-        c = cols[i]
-        acc = 0.0
-        for t in range(d):
-            acc += np.float64(X[r, t]) * np.float64(C[c, t])
-        out[i] = acc
+    levels = float((1 << bits) - 1)
+    grid = MINIMUM_MSE_GRID[bits - 1]
+    plane_bytes = codes_out.shape[1] // planes if planes > 0 else 0
+    for p in prange(n_pairs):
+        r = rows[p]
+        c = cols[p]
+        x = np.empty(d, dtype=np.float32)
+        sums = np.empty(5, dtype=np.float64)
+        new_sums = np.empty(5, dtype=np.float64)
+        total = 0.0
+        norm2 = 0.0
+        cdot = 0.0
+        xmin = np.inf
+        xmax = -np.inf
+        for i in range(d):
+            xi = X[r, i] - C[c, i]
+            x[i] = xi
+            total += xi
+            norm2 += np.float64(xi) * xi
+            cdot += np.float64(X[r, i]) * C[c, i]
+            xmin = min(xmin, xi)
+            xmax = max(xmax, xi)
+        mean = total / d
+        var = 0.0
+        for i in range(d):
+            var += (x[i] - mean) * (x[i] - mean)
+        std = math.sqrt(var / d)
+        a = np.float64(np.float32(min(max(-grid * std + mean, xmin), xmax)))
+        b = np.float64(np.float32(min(max(grid * std + mean, xmin), xmax)))
+        if norm2 > 0.0 and iters > 0:
+            scale = (1.0 - lam) / norm2
+            best = _grid_pass(x, a, b, levels, norm2, lam, sums)
+            for _ in range(iters):
+                m0 = scale * sums[3] * sums[3] + lam * sums[0]
+                m1 = scale * sums[3] * sums[4] + lam * sums[1]
+                m2 = scale * sums[4] * sums[4] + lam * sums[2]
+                det = m0 * m2 - m1 * m1
+                if det == 0.0:
+                    break
+                a_new = np.float64(np.float32((m2 * sums[3] - m1 * sums[4]) / det))
+                b_new = np.float64(np.float32((m0 * sums[4] - m1 * sums[3]) / det))
+                if abs(a - a_new) < 1e-8 and abs(b - b_new) < 1e-8:
+                    break
+                loss = _grid_pass(x, a_new, b_new, levels, norm2, lam, new_sums)
+                if loss > best:
+                    break
+                a = a_new
+                b = b_new
+                best = loss
+                sums[:] = new_sums
+        step = (b - a) / levels
+        out = codes_out[p]
+        ksum = 0
+        if planes == 0:
+            for i in range(d):
+                k = 0  # Java: round(NaN) == 0 when the interval collapses
+                if step != 0.0:
+                    k = int(_java_round((min(max(np.float64(x[i]), a), b) - a) / step))
+                out[i] = k
+                ksum += k
+        else:
+            kbuf = np.zeros(plane_bytes * 8, dtype=np.uint8)  # padded dims keep code 0
+            for i in range(d):
+                k = 0
+                if step != 0.0:
+                    k = int(_java_round((min(max(np.float64(x[i]), a), b) - a) / step))
+                kbuf[i] = k
+                ksum += k
+            # Pack MSB first, one byte at a time, branch-free (packing.pack_planes layout).
+            for s in range(planes):
+                base = s * plane_bytes
+                for j in range(plane_bytes):
+                    byte = 0
+                    for t in range(8):
+                        byte = (byte << 1) | ((kbuf[8 * j + t] >> s) & 1)
+                    out[base + j] = byte
+        # The float32 interval ends, as quantize_rows stores them.
+        lo = np.float32(a)
+        hi = np.float32(b)
+        factors_out[p, 0] = lo
+        factors_out[p, 1] = (np.float64(hi) - lo) / levels
+        factors_out[p, 2] = ksum
+        factors_out[p, 3] = np.float32(norm2) if euclidean else np.float32(cdot)

@@ -22,10 +22,9 @@ from .._kernels import scoring as KS
 from .._validation import NotFittedError, check_k, check_vectors, prepare_for_similarity
 from ..encoding import Encoding, encoding_from_wire, get_encoding
 from ..io.container import CorruptFileError
-from ..packing import pack_planes
-from ..quantizers.osq import DEFAULT_ITERS
 from ..scoring import rerank_exact
 from ..similarity import resolve_similarity
+from . import ivf_build as B
 from . import ivf_search as S
 from . import ivf_storage as ST
 from .rerank import candidate_count, check_oversample, finish
@@ -38,8 +37,6 @@ IVF_BITS = (1, 2, 4, 7)
 CLUSTER_SIZE_RANGE = (64, 65_536)
 #: A list is re-clustered when its primary vectors exceed this multiple of ``cluster_size``.
 SPLIT_FACTOR = 2
-#: Rows per streamed block at build time (65,536 x 384 float32 = 96 MiB).
-BUILD_BATCH = 65_536
 #: (query, list) pairs per kernel call: bounds the re-quantized query buffers.
 PAIR_BATCH = 16_384
 #: Ids are stored as int32 in the posting lists.
@@ -258,8 +255,8 @@ class IVFIndex:
         from ..io.vectors import iter_vector_batches
 
         dim = source.shape[1]
-        bar = _progress(show, source.shape[0], desc)
-        for block in iter_vector_batches(source, BUILD_BATCH):
+        bar = B.progress_bar(show, source.shape[0], desc)
+        for block in iter_vector_batches(source, B.BUILD_BATCH):
             block = check_vectors(block, "X", dim=dim)
             yield prepare_for_similarity(block, self._similarity, "X")
             bar.update(block.shape[0])
@@ -298,9 +295,9 @@ class IVFIndex:
                 if self.transform_ is None:
                     W = stored
                 else:
-                    W, work_file = _work_file(self.path, stored, self._transformed, d)
+                    W, work_file = B.work_file(self.path, stored, self._transformed, d)
             else:
-                W, work_file = _work_file(self.path, batches, self._transformed, d)
+                W, work_file = B.work_file(self.path, batches, self._transformed, d)
                 segments = []
         else:
             stored = np.empty((n, d), dtype=np.float32)
@@ -320,7 +317,7 @@ class IVFIndex:
             self._segments = segments
             self._deleted = np.zeros(n, dtype=bool)
             self._set_centroids(C)
-            codes, factors, ids, start = _encode_postings(
+            codes, factors, ids, start = B.encode_postings(
                 W,
                 np.arange(n, dtype=np.int64),
                 C,
@@ -377,7 +374,7 @@ class IVFIndex:
         else:
             secondary = np.full(n, -1, dtype=np.int32)
         ids = np.arange(n0, n0 + n, dtype=np.int64)
-        new = _encode_postings(
+        new = B.encode_postings(
             W,
             ids,
             self._C,
@@ -399,19 +396,8 @@ class IVFIndex:
 
     def _merge_postings(self, keep: np.ndarray, new) -> None:
         """Keep the entries ``keep`` and insert ``new`` (grouped by list, ids ascending)."""
-        codes_n, factors_n, ids_n, start_n = new
-        K = self._C.shape[0]
-        old_start = self._list_start
-        old_labels = np.repeat(np.arange(old_start.shape[0] - 1), np.diff(old_start))[keep]
-        new_labels = np.repeat(np.arange(start_n.shape[0] - 1), np.diff(start_n))
-        labels = np.concatenate([old_labels, new_labels])
-        ids = np.concatenate([np.asarray(self._ids)[keep], ids_n])
-        order = np.lexsort((ids, labels))
-        codes = np.concatenate([np.asarray(self._codes)[keep], codes_n])[order]
-        factors = np.concatenate([np.asarray(self._factors)[keep], factors_n])[order]
-        start = np.zeros(K + 1, dtype=np.int64)
-        np.cumsum(np.bincount(labels, minlength=K), out=start[1:])
-        self._set_postings(codes, factors, ids[order].astype(np.int32), start)
+        old = (self._codes, self._factors, self._ids, self._list_start)
+        self._set_postings(*B.merge_postings(old, keep, new, self._C.shape[0]))
 
     def _primary_counts(self) -> np.ndarray:
         return np.bincount(np.asarray(self._assign)[:, 0], minlength=self._C.shape[0])
@@ -448,11 +434,7 @@ class IVFIndex:
         secondary = soar_assign(W, C, primary) if self.soar else np.full(rows.size, -1, np.int32)
         assign[rows, 1] = secondary
         self._set_centroids(C)
-        old_start = self._list_start
-        self._list_start = np.concatenate(
-            [old_start, np.full(C.shape[0] + 1 - old_start.shape[0], old_start[-1])]
-        )
-        new = _encode_postings(
+        new = B.encode_postings(
             W,
             rows.astype(np.int64),
             C,
@@ -925,88 +907,7 @@ class IVFIndex:
         )
 
 
-# ---------------------------------------------------------------------- helpers
-
-
-class _NoBar:
-    def update(self, n):
-        pass
-
-    def close(self):
-        pass
-
-
-def _progress(show: bool, total: int, desc: str):
-    if not show:
-        return _NoBar()
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="vec")
-
-
 def _pad_cols(a: np.ndarray, width: int) -> np.ndarray:
     out = np.full((a.shape[0], width), -1, dtype=a.dtype)
     out[:, : a.shape[1]] = a
     return out
-
-
-def _work_file(directory: Path, source, fn, d: int):
-    """A temporary float32 memmap in ``directory`` holding ``fn`` of each block of ``source``."""
-    import secrets
-
-    path = directory / f".work.{secrets.token_hex(6)}.f32"
-    blocks = (
-        source
-        if not isinstance(source, np.ndarray)
-        else (source[i : i + BUILD_BATCH] for i in range(0, source.shape[0], BUILD_BATCH))
-    )
-    rows = 0
-    with open(path, "wb") as f:
-        for block in blocks:
-            out = np.ascontiguousarray(fn(np.ascontiguousarray(block)), dtype=np.float32)
-            f.write(out.tobytes())
-            rows += out.shape[0]
-    W = np.memmap(path, dtype=np.float32, mode="r", shape=(rows, d)).view(np.ndarray)
-    return W, path
-
-
-def _encode_postings(W, ids, C, primary, secondary, encoding: Encoding, is_l2, show):
-    """Posting entries of rows ``W`` (ids ``ids``): a primary and (if >= 0) a SOAR entry each.
-
-    Returns ``(codes uint8 [E, doc_bytes], factors float32 [E, 4], ids int32 [E],
-    list_start int64 [K + 1])`` grouped by list, ids ascending within a list. Rows of ``W``
-    are read in blocks (``W`` may be a memory map).
-    """
-    n = W.shape[0]
-    K = C.shape[0]
-    has = secondary >= 0
-    labels = np.concatenate([primary, secondary[has]]).astype(np.int64)
-    entry_ids = np.concatenate([ids, ids[has]])
-    order = np.lexsort((entry_ids, labels))
-    pos = np.empty(order.size, dtype=np.int64)
-    pos[order] = np.arange(order.size)
-    sec_index = n + np.cumsum(has) - 1  # entry index of each row's SOAR copy
-    E = labels.size
-    codes = np.empty((E, encoding.doc_bytes(C.shape[1])), dtype=np.uint8)
-    factors = np.empty((E, 4), dtype=np.float32)
-    bar = _progress(show, n, "encoding")
-    for r0 in range(0, n, BUILD_BATCH):
-        r1 = min(n, r0 + BUILD_BATCH)
-        Wb = np.ascontiguousarray(W[r0:r1], dtype=np.float32)
-        hb = has[r0:r1]
-        rows = np.concatenate([np.arange(r1 - r0), np.flatnonzero(hb)])
-        lists = np.concatenate([primary[r0:r1], secondary[r0:r1][hb]])
-        entries = np.concatenate([np.arange(r0, r1), sec_index[r0:r1][hb]])
-        c, f = S.encode_residuals(
-            Wb, rows, C, lists, encoding.doc_bits, is_l2, DEFAULT_ITERS, np.float32
-        )
-        if encoding.layout == "planes":
-            c = pack_planes(c, encoding.doc_bits)
-        dest = pos[entries]
-        codes[dest] = c
-        factors[dest] = f
-        bar.update(r1 - r0)
-    bar.close()
-    start = np.zeros(K + 1, dtype=np.int64)
-    np.cumsum(np.bincount(labels, minlength=K), out=start[1:])
-    return codes, factors, entry_ids[order].astype(np.int32), start

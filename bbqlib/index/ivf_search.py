@@ -21,9 +21,8 @@ import numpy as np
 
 from .._kernels import ivf as KI
 from .._kernels import scoring as KS
-from ..encoding import Encoding
-from ..packing import pack_planes, plane_words
-from ..quantizers.osq import DEFAULT_ITERS, quantize_rows
+from ..encoding import Encoding, padded_dim
+from ..quantizers.osq import DEFAULT_ITERS, DEFAULT_LAMBDA, quantize_rows
 
 __all__ = [
     "CENTROID_BITS",
@@ -210,33 +209,36 @@ def encode_residuals(
     bits: int,
     is_l2: bool,
     iters: int,
-    factor_dtype,
+    *,
+    planes: int = 0,
 ):
-    """OSQ of ``X[rows]`` against ``centroids[lists]`` (one row per pair).
+    """OSQ of ``X[rows]`` against ``centroids[lists]`` (one row per pair), packed.
 
-    The residual ``X[row] - c`` is formed in float32 exactly as the OSQ kernel centres (so the
-    codes equal those of quantizing ``X[row]`` against ``c``); the inner-product correction
-    ``<v, c>`` comes from a float64 dot.
+    Bit for bit what :func:`~bbqlib.quantizers.osq.quantize_rows` gives for each row and
+    centroid (one fused numba kernel, no residual matrix). ``planes`` > 0 packs the codes into
+    that many bit planes (uint8 [m, planes * padded_dim / 8]); 0 keeps one byte per dimension.
 
-    Returns ``(codes uint8 [m, d], factors [m, 4])`` with factor rows ``(a, l, Σk, add)``.
+    Returns ``(codes, factors float64 [m, 4])`` with factor rows ``(a, l, Σk, add)``.
     """
-    Y = X[rows]
-    C = centroids[lists]
-    np.subtract(Y, C, out=Y)
+    m = rows.shape[0]
     d = X.shape[1]
-    res = quantize_rows(Y, np.zeros(d, np.float32), bits, euclidean=is_l2, iters=iters)
-    factors = _osq_factors(res, bits, factor_dtype)
-    if not is_l2:
-        dots = np.empty(rows.shape[0], dtype=np.float64)
-        KI.pair_dots(
-            X,
-            centroids,
-            np.ascontiguousarray(rows, np.int64),
-            np.ascontiguousarray(lists, np.int64),
-            dots,
-        )
-        factors[:, 3] = dots
-    return res.codes, factors
+    width = planes * padded_dim(d) // 8 if planes else d
+    codes = np.empty((m, width), dtype=np.uint8)
+    factors = np.empty((m, 4), dtype=np.float64)
+    KI.quantize_pairs(
+        X,
+        centroids,
+        np.ascontiguousarray(rows, dtype=np.int64),
+        np.ascontiguousarray(lists, dtype=np.int64),
+        int(bits),
+        int(iters),
+        float(DEFAULT_LAMBDA),
+        bool(is_l2),
+        int(planes),
+        codes,
+        factors,
+    )
+    return codes, factors
 
 
 def query_pair_codes(Qt, centroids, pair_query, pair_list, encoding: Encoding, is_l2: bool):
@@ -245,12 +247,11 @@ def query_pair_codes(Qt, centroids, pair_query, pair_list, encoding: Encoding, i
     Returns ``(data, factors float64 [P, 4])``: uint64 plane words [P, qp * words] for plane
     layouts, uint8 [P, d] for byte layouts.
     """
+    planes = encoding.query_bits if encoding.layout == "planes" else 0
     codes, factors = encode_residuals(
-        Qt, pair_query, centroids, pair_list, encoding.query_bits, is_l2, 1, np.float64
+        Qt, pair_query, centroids, pair_list, encoding.query_bits, is_l2, 1, planes=planes
     )
-    if encoding.layout == "planes":
-        return plane_words(pack_planes(codes, encoding.query_bits)), factors
-    return codes, factors
+    return (codes.view(np.uint64) if planes else codes), factors
 
 
 def dedup_topk(keys: np.ndarray, ids: np.ndarray, k: int):

@@ -1,0 +1,191 @@
+"""IVF benchmark: bbqlib IVFIndex vs faiss IndexIVFRaBitQ (+refine) vs hnswlib, one run.
+
+On ``debian-minilm-384`` (cosine, ``gt_ip``, first 500 queries), single thread, one batch of
+500 queries per search call:
+
+* recall@10 against ``visit_percentage`` for bbqlib IVF at 1 and 2 bits (default rerank:
+  oversample 3.0 / 1.5);
+* faiss ``RR + IndexIVFRaBitQ`` (same bits, ``qb = 4``, ``nlist`` = bbqlib's list count,
+  nprobe 1..128) wrapped in ``IndexRefineFlat`` with ``k_factor`` = bbqlib's oversample;
+* hnswlib (M = 16, efConstruction = 200, ef sweep);
+* queries per second at recall 0.90 and 0.95 (best setting reaching the recall) and build
+  times.
+
+Timing on a shared machine: every search setting of every library is timed once per round,
+rounds interleave the libraries, and the median over rounds is reported, so background load
+hits all of them alike.
+
+Run from the repository root::
+
+    python benchmarks/bench_ivf.py [--rounds 3] [--out benchmarks/results/ivf.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
+import peers  # noqa: E402
+
+import bbqlib  # noqa: E402
+from bbqlib.analysis.recall import recall_at_k  # noqa: E402
+
+VISIT = [0.5, 1, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50]
+NPROBE = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128]
+EF = [10, 16, 24, 32, 48, 64, 96, 128, 192, 256]
+TARGETS = (0.90, 0.95)
+
+
+def _recall(ids, gt) -> float:
+    return float(recall_at_k(ids, gt, 10))
+
+
+def build_bbqlib(X, bits):
+    t0 = time.perf_counter()
+    index = bbqlib.IVFIndex(bits=bits, similarity="cosine")
+    index.add(X)
+    return index, time.perf_counter() - t0
+
+
+def qps_at(rows, target):
+    """Best QPS among settings whose recall reaches ``target`` (None if none does)."""
+    ok = [r["qps"] for r in rows if r["recall"] >= target]
+    return max(ok) if ok else None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--queries", type=int, default=500)
+    ap.add_argument("--out", default=str(_common.repo_root() / "benchmarks/results/ivf.md"))
+    ap.add_argument("--skip-hnsw", action="store_true")
+    args = ap.parse_args(argv)
+
+    ds = _common.load_dataset("debian-minilm-384", args.queries)
+    X, Q, gt = ds.base, ds.queries, ds.gt_ids[:, :10]
+    print(ds, flush=True)
+    runs = {}  # label -> dict(build, settings: [(param, search_fn)], rows)
+    with _common.single_thread():
+        warm = bbqlib.IVFIndex(bits=1, cluster_size=64)  # numba compile/load outside timings
+        warm.add(X[:2000])
+        warm.search(Q[:5])
+        for bits in (1, 2):
+            index, secs = build_bbqlib(X, bits)
+            print(f"bbqlib IVF {bits}-bit: {index.n_lists} lists, build {secs:.1f} s", flush=True)
+            settings = [
+                (vp, lambda vp=vp, index=index: index.search(Q, 10, visit_percentage=vp))
+                for vp in [None, *VISIT]
+            ]
+            runs[f"bbqlib IVF {bits}-bit"] = dict(
+                build=secs, settings=settings, param="visit %", index=index
+            )
+        nlist = runs["bbqlib IVF 1-bit"]["index"].n_lists
+        for bits in (1, 2):
+            over = bbqlib.get_encoding(bits).default_oversample
+            peer = peers.faiss_ivf_rabitq(X, "cosine", nlist=nlist, bits=bits, k_factor=over)
+            print(f"{peer.name}: build {peer.build_seconds:.1f} s", flush=True)
+
+            def fs(npr, peer=peer):
+                peer.set_search_params(nprobe=npr)
+                return peer.search(Q, 10)
+
+            runs[f"faiss IVFRaBitQ {bits}-bit +RFlat x{over:g}"] = dict(
+                build=peer.build_seconds,
+                settings=[(n, lambda n=n, fs=fs: fs(n)) for n in NPROBE],
+                param="nprobe",
+            )
+        if not args.skip_hnsw:
+            peer = peers.hnswlib_hnsw(X, "cosine", M=16, ef_construction=200)
+            print(f"{peer.name}: build {peer.build_seconds:.1f} s", flush=True)
+
+            def hs(ef, peer=peer):
+                peer.set_search_params(ef=ef)
+                return peer.search(Q, 10)
+
+            runs["hnswlib M16 efC200"] = dict(
+                build=peer.build_seconds,
+                settings=[(e, lambda e=e, hs=hs: hs(e)) for e in EF],
+                param="ef",
+            )
+        # Recall once (deterministic), then interleaved timing rounds.
+        for run in runs.values():
+            run["rows"] = []
+            for param, fn in run["settings"]:
+                _, ids = fn()
+                run["rows"].append({"param": param, "recall": _recall(ids, gt), "times": []})
+                if run.get("index") is not None:
+                    run["rows"][-1]["visited"] = run["index"].last_search_stats["visited_fraction"]
+        for r in range(args.rounds):
+            for run in runs.values():
+                for row, (_, fn) in zip(run["rows"], run["settings"], strict=True):
+                    t0 = time.perf_counter()
+                    fn()
+                    row["times"].append(time.perf_counter() - t0)
+            print(f"round {r + 1}/{args.rounds} done", flush=True)
+    for run in runs.values():
+        for row in run["rows"]:
+            row["qps"] = len(Q) / statistics.median(row["times"])
+
+    tables = []
+    summary = []
+    hnsw_build = runs.get("hnswlib M16 efC200", {}).get("build")
+    for label, run in runs.items():
+        cols = [("param", run["param"]), ("recall", "recall@10", ".3f"), ("qps", "QPS", ",.0f")]
+        if "index" in run:
+            cols.insert(2, ("visited", "entries visited / 2N", ".4f"))
+        for row in run["rows"]:
+            if row["param"] is None:
+                row["param"] = "dynamic"
+        tables.append(f"### {label}\n\n" + _common.markdown_table(run["rows"], cols))
+        summary.append(
+            {
+                "method": label,
+                "build": run["build"],
+                "vs_hnsw": None if hnsw_build is None else hnsw_build / run["build"],
+                **{f"q{int(t * 100)}": qps_at(run["rows"], t) for t in TARGETS},
+                "max_recall": max(r["recall"] for r in run["rows"]),
+            }
+        )
+    head = _common.markdown_table(
+        summary,
+        [
+            ("method", "method"),
+            ("build", "build s", ".1f"),
+            ("vs_hnsw", "hnswlib build / this", ".1f"),
+            ("q90", "QPS @ recall 0.90", ",.0f"),
+            ("q95", "QPS @ recall 0.95", ",.0f"),
+            ("max_recall", "best recall", ".3f"),
+        ],
+    )
+    ix1 = runs["bbqlib IVF 1-bit"]["index"]
+    notes = [
+        f"{ds.note}; bbqlib IVF: cluster_size 384 -> {ix1.n_lists} lists, SOAR, "
+        "7-bit centroids, query re-quantized per list (4 bits, 1 iteration), default "
+        "oversample (3.0 at 1 bit, 1.5 at 2 bits), exact rerank on float32 vectors.",
+        f"faiss: RR (random rotation) + IndexIVFRaBitQ, nlist {ix1.n_lists} (bbqlib's list "
+        "count), qb 4, IndexRefineFlat with k_factor = bbqlib's oversample.",
+        "QPS @ recall r: the best QPS among the settings whose recall@10 reaches r ('–': none).",
+        f"Search: one call with all {len(Q)} queries, single thread; median of {args.rounds} "
+        "interleaved rounds. Build: single thread, one build each (numba compiled beforehand).",
+        "The machine is shared (2 cores, other jobs running): compare ratios, not absolute "
+        "figures.",
+    ]
+    cmd = "python benchmarks/bench_ivf.py " + " ".join(argv or sys.argv[1:])
+    _common.write_result(
+        args.out,
+        "IVF: bbqlib IVFIndex vs faiss IVF-RaBitQ vs hnswlib (debian-minilm-384)",
+        cmd.strip(),
+        ["### Summary\n\n" + head, *tables],
+        notes,
+    )
+    print(Path(args.out).read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
