@@ -160,6 +160,38 @@ def test_rank_correlation_is_one_for_exact_estimates_and_drops_with_noise():
     assert 0 < noisy.overall.kendall < noisy.overall.spearman < 1
 
 
+@pytest.mark.parametrize("n", [100, 400])
+def test_rank_correlations_match_scipy(n):
+    nq = 15
+    Q, X = _data(nq, n, seed=13)
+    q = KnownError(sd=2.0).fit(X)
+    est = np.round(q.estimate(Q, q.encode(X)), 0)  # rounded: ties, as quantized estimates have
+    rep = estimation_error(_Fixed(q, est), Q, X, bands=(), rank_sample=None)
+    exact = exact_raw(q.similarity_, Q, X)
+    rho = np.mean([stats.spearmanr(e, x).statistic for e, x in zip(est, exact, strict=True)])
+    tau = np.mean([stats.kendalltau(e, x).statistic for e, x in zip(est, exact, strict=True)])
+    assert rep.overall.spearman == pytest.approx(rho, abs=1e-12)
+    if n <= est_mod._KENDALL_DENSE:
+        assert rep.overall.kendall == pytest.approx(tau, abs=1e-12)
+    else:
+        # 10,000 sampled pairs: sd <= 1 / sqrt(10,000) = 0.01 per query, and at most that for
+        # the mean over queries (the pairs are shared); allow 4 sd.
+        assert rep.overall.kendall == pytest.approx(tau, abs=0.04)
+
+
+class _Fixed:
+    """Wraps a mock to return given estimates (for the rows of Q in order)."""
+
+    def __init__(self, q, est):
+        self.similarity_, self._est, self.is_fitted = q.similarity_, est, True
+
+    def encode(self, X):
+        return X
+
+    def estimate(self, Q, enc):
+        return self._est[: len(Q)]
+
+
 def test_relative_error_is_mean_abs_error_over_abs_exact():
     Q, X = _data(10, 50)
     q = KnownError(bias=0.5).fit(X)

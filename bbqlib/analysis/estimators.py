@@ -19,7 +19,9 @@ What is measured (per band of true neighbours, see :func:`estimation_error`):
     Mean of ``|est - exact| / |exact|`` over pairs with ``exact != 0``. It is the usual figure
     for distances; inner products near 0 make it large, so for them read it in the top bands.
 ``spearman``, ``kendall``
-    Rank correlation between estimates and exact values, per query, averaged over queries.
+    Rank correlation (ties averaged; Kendall's tau-b) between estimates and exact values,
+    within each query's band, averaged over queries. Large bands are subsampled (see
+    ``rank_sample``).
 ``coverage``, ``mean_half_width``
     Share of pairs with ``lower <= exact <= upper`` and the mean half-width of the bound, for
     quantizers that return error bounds (:class:`~bbqlib.RaBitQQuantizer`).
@@ -50,8 +52,11 @@ __all__ = [
 DEFAULT_BANDS = (10, 100)
 # Pairs scored per block of queries (bounds the dense [nq_block, n] temporaries to ~40 MB each).
 _PAIRS_PER_BLOCK = 1 << 22
-# Bands up to this many vectors per query get Kendall's tau from dense sign matrices.
+# Bands up to this many vectors per query get Kendall's tau from every pair of vectors;
+# larger ones from _KENDALL_PAIRS random pairs per query. _KENDALL_CHUNK bounds temporaries.
 _KENDALL_DENSE = 128
+_KENDALL_PAIRS = 10_000
+_KENDALL_CHUNK = 1 << 21
 
 
 # ----------------------------------------------------------------------------- records
@@ -352,11 +357,11 @@ class _BandAccumulator:
             self.covered += int(f["inside"].sum())
             self.half_sum += float(f["half"].sum())
         est = f["est"]
+        self.kendall.append(_kendall(est, exact, rng))
         if rank_sample is not None and m > rank_sample:
             cols = np.sort(rng.choice(m, rank_sample, replace=False))
             est, exact = est[:, cols], exact[:, cols]
-        self.spearman.append(_row_rank_corr(est, exact, kendall=False))
-        self.kendall.append(_row_rank_corr(est, exact, kendall=True))
+        self.spearman.append(_spearman(est, exact))
 
     def stats(self, confidence: float) -> BandStats:
         from scipy import stats
@@ -436,40 +441,61 @@ def _two_way_se(acc: _BandAccumulator, mean: float) -> tuple[float, int]:
     return math.sqrt(max(var, 0.0)), min(g_q, g_v) - 1
 
 
-def _kendall_dense(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Kendall's tau-b of each row pair from the [m, m] sign matrices (small m)."""
+def _kendall(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Kendall's tau-b of each row pair of two [nb, m] arrays.
+
+    Exact (all pairs of columns) up to ``_KENDALL_DENSE`` columns; above, estimated from
+    ``_KENDALL_PAIRS`` random pairs of distinct columns (drawn once per chunk of rows):
+    ``Σ sa·sb / sqrt(Σ|sa| Σ|sb|)`` with ``sa = sign(a_i - a_j)``, the sample version of the
+    same ratio (unbiased numerator and denominators; sd about ``1 / sqrt(pairs)`` per row).
+    """
     nb, m = a.shape
+    if m < 2:
+        return np.full(nb, np.nan)
     out = np.empty(nb)
-    step = max(1, (1 << 22) // (m * m))
+    if m <= _KENDALL_DENSE:
+        i, j = np.triu_indices(m, 1)
+    step = max(1, _KENDALL_CHUNK // (len(i) if m <= _KENDALL_DENSE else _KENDALL_PAIRS))
     for r0 in range(0, nb, step):
-        sa = np.sign(a[r0 : r0 + step, :, None] - a[r0 : r0 + step, None, :])
-        sb = np.sign(b[r0 : r0 + step, :, None] - b[r0 : r0 + step, None, :])
-        num = (sa * sb).sum(axis=(1, 2))
-        den = np.sqrt(np.abs(sa).sum(axis=(1, 2)) * np.abs(sb).sum(axis=(1, 2)))
+        ar, br = a[r0 : r0 + step], b[r0 : r0 + step]
+        if m > _KENDALL_DENSE:
+            # One draw of column pairs per chunk of rows: each row's estimate is unbiased.
+            i = rng.integers(0, m, size=_KENDALL_PAIRS)
+            j = rng.integers(0, m - 1, size=_KENDALL_PAIRS)
+            j += j >= i  # distinct columns
+        sa = np.sign(ar[:, i] - ar[:, j])
+        sb = np.sign(br[:, i] - br[:, j])
+        num = (sa * sb).sum(axis=1)
+        den = np.sqrt(np.abs(sa).sum(axis=1) * np.abs(sb).sum(axis=1))
         with np.errstate(invalid="ignore", divide="ignore"):
             out[r0 : r0 + step] = num / den
     return out
 
 
-def _row_rank_corr(est: np.ndarray, exact: np.ndarray, kendall: bool) -> np.ndarray:
-    """Per-row Spearman (ordinal ranks) or Kendall tau-b of two [nb, m] arrays."""
-    nb, m = est.shape
+def _average_ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks along rows, ties sharing their average rank (as ``scipy.stats.rankdata``)."""
+    nb, m = x.shape
+    order = np.argsort(x, axis=1, kind="stable")
+    s = np.take_along_axis(x, order, axis=1)
+    new = np.ones((nb, m), dtype=bool)
+    new[:, 1:] = s[:, 1:] != s[:, :-1]
+    flat = new.ravel()
+    group = np.cumsum(flat) - 1  # every row starts a new group
+    starts = np.flatnonzero(flat)
+    sizes = np.diff(np.append(starts, flat.size))
+    avg = (starts % m) + (sizes - 1) / 2.0
+    ranks = np.empty((nb, m))
+    np.put_along_axis(ranks, order, avg[group].reshape(nb, m), axis=1)
+    return ranks
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Spearman's rho of each row pair (Pearson correlation of average ranks)."""
+    nb, m = a.shape
     if m < 2:
         return np.full(nb, np.nan)
-    if kendall:
-        if m <= _KENDALL_DENSE:
-            return _kendall_dense(est, exact)
-        from scipy import stats
-
-        out = np.empty(nb)
-        for r in range(nb):  # one call per query row (analysis, not a search path)
-            out[r] = stats.kendalltau(est[r], exact[r]).statistic
-        return out
-    ranks = np.arange(m, dtype=np.float64)
-    ra = np.empty((nb, m))
-    rb = np.empty((nb, m))
-    np.put_along_axis(ra, np.argsort(est, axis=1, kind="stable"), ranks[None, :], axis=1)
-    np.put_along_axis(rb, np.argsort(exact, axis=1, kind="stable"), ranks[None, :], axis=1)
+    ra = _average_ranks(a)
+    rb = _average_ranks(b)
     ra -= ra.mean(axis=1, keepdims=True)
     rb -= rb.mean(axis=1, keepdims=True)
     den = np.sqrt((ra * ra).sum(axis=1) * (rb * rb).sum(axis=1))
@@ -490,9 +516,12 @@ def _describe(quantizer) -> str:
         return name
     qb = "float" if enc.query_bits is None else enc.query_bits
     extra = ""
+    method = getattr(quantizer, "method", None)
+    if isinstance(method, str):
+        extra += f" {method}"
     pre = getattr(quantizer, "precondition", None)
     if pre not in (None, False):
-        extra = f", {pre if isinstance(pre, str) else type(pre).__name__}"
+        extra += f", {pre if isinstance(pre, str) else type(pre).__name__}"
     return f"{name} {enc.doc_bits}x{qb}{extra}"
 
 
@@ -590,10 +619,10 @@ def estimation_error(
     confidence : float
         Level of the bias interval (0.95).
     rank_sample : int or None
-        Bands with more vectors per query than this (``"all"``, ``"rest"``) get their rank
-        correlations from a seeded random subsample of that many vectors per query (an
-        unbiased estimate for Kendall's tau; the full computation costs O(n log n) per query).
-        None uses every vector.
+        Spearman's rho of bands with more vectors per query than this (``"all"``, ``"rest"``)
+        is computed on a seeded random subsample of that many vectors per query (ranking all
+        costs O(n log n) per query); None uses every vector. Kendall's tau uses every pair of
+        vectors in bands of up to 128, else 10,000 random pairs per query.
     pairs_per_query : int
         Uniformly sampled pairs per query kept in ``report.pairs`` for plots (besides every
         pair of the largest top band).

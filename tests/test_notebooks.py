@@ -1,0 +1,62 @@
+"""Execute the example notebooks (not just render them) and check that no cell errored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+NOTEBOOKS = sorted(EXAMPLES.glob("*.ipynb"))
+# Per-cell limit: generous for a loaded 2-core CI machine (numba compiles on first use).
+CELL_TIMEOUT = 600
+
+
+def _kernel_or_skip():
+    nbformat = pytest.importorskip("nbformat", reason="nbformat is needed to read notebooks")
+    nbclient = pytest.importorskip("nbclient", reason="nbclient is needed to run notebooks")
+    pytest.importorskip("ipykernel", reason="ipykernel is needed to run notebooks")
+    pytest.importorskip("matplotlib", reason="the notebooks plot with matplotlib")
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    try:
+        KernelSpecManager().get_kernel_spec("python3")
+    except NoSuchKernel:
+        pytest.skip("no 'python3' Jupyter kernel; run python -m ipykernel install --user")
+    return nbformat, nbclient
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_executes_without_errors(path, monkeypatch):
+    nbformat, nbclient = _kernel_or_skip()
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=CELL_TIMEOUT,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(EXAMPLES)}},
+    )
+    client.execute()  # raises CellExecutionError on the first failing cell
+    errors = [
+        (i, out.get("ename"), out.get("evalue"))
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+        if out.get("output_type") == "error"
+    ]
+    assert not errors, f"cells raised errors: {errors}"
+
+
+def test_notebooks_are_committed_executed():
+    """Committed notebooks carry their outputs, so they render on GitHub."""
+    nbformat = pytest.importorskip("nbformat")
+    assert NOTEBOOKS, f"no notebooks in {EXAMPLES}"
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert code and all(c.get("execution_count") for c in code), f"{path.name} not executed"
+        assert not any(
+            o.get("output_type") == "error" for c in code for o in c.get("outputs", [])
+        ), f"{path.name} was committed with an error output"
