@@ -177,7 +177,7 @@ class IVFIndex:
 
     @property
     def n_deleted(self) -> int:
-        return int(self._deleted.sum()) if self._fitted else 0
+        return self._n_deleted if self._fitted else 0
 
     def __len__(self) -> int:
         """Live (not deleted) vectors."""
@@ -315,7 +315,7 @@ class IVFIndex:
                 secondary = np.full(n, -1, dtype=np.int32)
             self._ntotal = n
             self._segments = segments
-            self._deleted = np.zeros(n, dtype=bool)
+            self._set_deleted(np.zeros(n, dtype=bool))
             self._set_centroids(C)
             codes, factors, ids, start = B.encode_postings(
                 W,
@@ -347,6 +347,12 @@ class IVFIndex:
         self._table = S.centroid_table(self._C, self._similarity.is_distance, parents=parents)
         self._list_cc = np.einsum("ij,ij->i", self._C.astype(np.float64), self._C)
 
+    def _set_deleted(self, deleted: np.ndarray) -> None:
+        self._deleted = deleted
+        self._n_deleted = int(deleted.sum())
+        self._live_cache = None
+        self._live_per_list = None
+
     def _set_postings(self, codes, factors, ids, list_start, *, crc=None, source=None) -> None:
         self._codes = codes
         self._factors = factors
@@ -358,6 +364,7 @@ class IVFIndex:
         self._verified = np.full(k, crc is None, dtype=bool)
         self._entry_list = None
         self._live_cache = None
+        self._live_per_list = None
 
     def _add_more(self, source: np.ndarray, show: bool) -> None:
         from .clustering import nearest_centroid, soar_assign
@@ -388,7 +395,7 @@ class IVFIndex:
         self._assign = np.concatenate(
             [np.asarray(self._assign), np.stack([primary, secondary], axis=1).astype(np.int32)]
         )
-        self._deleted = np.concatenate([self._deleted, np.zeros(n, dtype=bool)])
+        self._set_deleted(np.concatenate([self._deleted, np.zeros(n, dtype=bool)]))
         if self.store_vectors:
             self._segments.append(ST.Segment(prepared))
         self._ntotal = n0 + n
@@ -484,9 +491,9 @@ class IVFIndex:
             raise ValueError(
                 f"ids {gone[:5].tolist()}{' ...' if gone.size > 5 else ''} were already deleted"
             )
-        self._deleted = self._deleted.copy()
-        self._deleted[ids] = True
-        self._live_cache = None
+        deleted = self._deleted.copy()
+        deleted[ids] = True
+        self._set_deleted(deleted)
         if self.path is not None:
             self.save(self.path)
 
@@ -546,8 +553,12 @@ class IVFIndex:
         if allowed is None:
             lists_needed = math.ceil(need / max(1.0, sizes.mean()))
             K = self._C.shape[0]
-            n_parents = 1 if not self._table.has_parents else self._table.parent_codes.shape[0]
-            want = max(math.ceil(ratio * K / (2 * n_parents) * K), 2 * lists_needed, 32)
+            want = max(2 * lists_needed + 8, 32)
+            if self._table.has_parents:
+                # ES's candidate buffer: visit ratio x (K / 2P) x K children ("centroid
+                # oversampling" of about centroids-per-parent / 2).
+                n_parents = self._table.parent_codes.shape[0]
+                want = max(want, math.ceil(ratio * K / (2 * n_parents) * K))
             ranked = S.rank_lists(Qt, self._table, self._similarity.is_distance, want)
             plan = S.plan_visits(ranked, sizes, need)
             if not plan[3].all() and ranked.shape[1] < K:
@@ -558,7 +569,12 @@ class IVFIndex:
                 )
                 plan = S.plan_visits(ranked, sizes, need)
         else:
-            allowed_sizes = self._allowed_per_list(allowed)
+            if filter is None:  # tombstones only: per-list live counts change on delete/add
+                if self._live_per_list is None:
+                    self._live_per_list = self._allowed_per_list(allowed)
+                allowed_sizes = self._live_per_list
+            else:
+                allowed_sizes = self._allowed_per_list(allowed)
             n_allowed = int(allowed_sizes.sum())
             need_allowed = max(heap, need * n_allowed / max(1, self._ids.shape[0]))
             ranked = S.rank_lists(Qt, self._table, self._similarity.is_distance, 0, dense=True)
@@ -583,7 +599,7 @@ class IVFIndex:
     def _allowed(self, filter) -> np.ndarray | None:
         """uint8 mask over ids (filter and not deleted), or None when everything is allowed."""
         live = None
-        if self._deleted.any():
+        if self._n_deleted:
             if self._live_cache is None:
                 self._live_cache = (~self._deleted).view(np.uint8)
             live = self._live_cache
@@ -874,8 +890,8 @@ class IVFIndex:
             source=path / meta["postings_file"],
         )
         self._assign = postings["assignments"]
-        self._deleted = np.unpackbits(h["deleted"], count=self._ntotal, bitorder="little").astype(
-            bool
+        self._set_deleted(
+            np.unpackbits(h["deleted"], count=self._ntotal, bitorder="little").astype(bool)
         )
         self._segments = segments
         self._fitted = True

@@ -125,7 +125,7 @@ def rank_lists(
     K = table.codes.shape[0]
     if dense or not table.has_parents or want >= K:
         keys = _dense_keys(qb, qf, table.codes, table.factors, table.gg, is_l2)
-        return np.argsort(-keys, axis=1, kind="stable").astype(np.int32)
+        return _best_first(keys, K if dense else want)
     nq = Qt.shape[0]
     pkeys = _dense_keys(qb, qf, table.parent_codes, table.parent_factors, table.gg, is_l2)
     porder = np.argsort(-pkeys, axis=1, kind="stable")
@@ -149,8 +149,23 @@ def rank_lists(
         qb, qf, table.codes, table.factors, sel, qb.shape[1], table.gg, is_l2, keys
     )
     keys[sel < 0] = -np.inf
-    order = np.argsort(-keys, axis=1, kind="stable")
+    order = np.lexsort((sel, -keys), axis=-1)  # best first, lower list id among ties
     return np.take_along_axis(sel, order, axis=1)
+
+
+def _best_first(keys: np.ndarray, want: int) -> np.ndarray:
+    """The ``want`` best columns of every row, best first (lower column among ties)."""
+    K = keys.shape[1]
+    if want >= K:
+        return np.argsort(-keys, axis=1, kind="stable").astype(np.int32)
+    # Everything tied with the want-th best is kept, so ties resolve by the lower id as in
+    # the full sort.
+    kth = -np.partition(-keys, want - 1, axis=1)[:, want - 1 : want]
+    width = int((keys >= kth).sum(axis=1).max())
+    part = np.argpartition(-keys, width - 1, axis=1)[:, :width]
+    sub = np.take_along_axis(keys, part, axis=1)
+    order = np.lexsort((part, -sub), axis=-1)
+    return np.take_along_axis(part, order, axis=1)[:, :want].astype(np.int32)
 
 
 def dynamic_visit_ratio(n: int, depth: int) -> float:
