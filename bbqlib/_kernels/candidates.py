@@ -287,10 +287,9 @@ def exact_ids_parallel(queries, vectors, ids, mode, out):
 
 
 @kernel(inline="always")
-def _sym_distance(x, y, dot, fo, is_l2):
-    # Symmetric in (x, y) bit for bit: every product and two-term sum commutes.
-    xf = x.view(np.float32)
-    yf = y.view(np.float32)
+def _sym_distance(xf, yf, dot, fo, is_l2):
+    # xf, yf: the records as float32. Symmetric in (x, y) bit for bit: every product and
+    # two-term sum commutes.
     ax = np.float64(xf[fo])
     ay = np.float64(yf[fo])
     lx = np.float64(xf[fo + 1])
@@ -305,25 +304,33 @@ def _sym_distance(x, y, dot, fo, is_l2):
     return np.float32(1.0 - (s + add))
 
 
+# The records are read through typed carrays of the same pointer (uint64 words, float32,
+# bytes): numba's array.view() costs tens of nanoseconds per call, more than the distance.
+
+
 @kernel(inline="always")
 def _sym_planes(a, b, n, planes, is_l2):
     size = np.int64(n)
-    x = carray(a, size)
-    y = carray(b, size)
     code_bytes = size - RECORD_TAIL
     words = code_bytes // (8 * planes)
-    dot = plane_dot(x.view(np.uint64), y.view(np.uint64), planes, planes, words)
-    return _sym_distance(x, y, dot, code_bytes // 4, is_l2)
+    xw = carray(a, size // 8, np.uint64)
+    yw = carray(b, size // 8, np.uint64)
+    dot = plane_dot(xw, yw, planes, planes, words)
+    xf = carray(a, size // 4, np.float32)
+    yf = carray(b, size // 4, np.float32)
+    return _sym_distance(xf, yf, dot, code_bytes // 4, is_l2)
 
 
 @kernel(inline="always")
 def _sym_bytes(a, b, n, is_l2):
     size = np.int64(n)
-    x = carray(a, size)
-    y = carray(b, size)
     code_bytes = size - RECORD_TAIL
-    dot = byte_dot(x[:code_bytes], y[:code_bytes])
-    return _sym_distance(x, y, dot, code_bytes // 4, is_l2)
+    x = carray(a, code_bytes, np.uint8)
+    y = carray(b, code_bytes, np.uint8)
+    dot = byte_dot(x, y)
+    xf = carray(a, size // 4, np.float32)
+    yf = carray(b, size // 4, np.float32)
+    return _sym_distance(xf, yf, dot, code_bytes // 4, is_l2)
 
 
 # One plain function per (layout, metric); compiled by doc_doc_metric on first use.
@@ -383,7 +390,7 @@ def doc_doc_metric(planes: int, is_l2: bool):
     Returns
     -------
     numba.core.ccallback.CFunc
-        usearch's ``ArrayArraySize`` signature ``float32(uint8*, uint8*, uint64, uint64)``
+        usearch's ``ArrayArraySize`` signature ``float32(void*, void*, uint64, uint64)``
         (the first size is the record length); ``.address`` is the function pointer. Compiled
         once per process (and cached on disk); keep the object alive while an index uses it.
     """
@@ -392,7 +399,5 @@ def doc_doc_metric(planes: int, is_l2: bool):
     key = (int(planes), bool(is_l2))
     if key not in _METRICS:
         raise ValueError(f"planes must be 1, 2, 4 (bit planes) or 0 (bytes), got {planes!r}")
-    signature = types.float32(
-        types.CPointer(types.uint8), types.CPointer(types.uint8), types.uint64, types.uint64
-    )
+    signature = types.float32(types.voidptr, types.voidptr, types.uint64, types.uint64)
     return cfunc(signature, nopython=True, cache=True)(_METRICS[key])
