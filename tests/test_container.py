@@ -117,10 +117,12 @@ def test_crc_streams_in_chunks(monkeypatch):
     )
 
 
-def test_header_too_large_leaves_no_file(tmp_path):
-    with pytest.raises(ValueError, match="header"):
-        write_container(tmp_path / "h.bbq", "k", {"blob": "x" * 100_000}, {})
-    assert list(tmp_path.iterdir()) == []
+def test_large_header_grows_its_reservation(tmp_path):
+    arrays = {"a": np.arange(7, dtype=np.int32)}
+    path = write_container(tmp_path / "h.bbq", "k", {"blob": "x" * 100_000}, arrays)
+    kind, meta, out = read_container(path)
+    assert kind == "k" and len(meta["blob"]) == 100_000
+    assert out["a"].tolist() == list(range(7))
 
 
 def test_overwrite_replaces_atomically(tmp_path):

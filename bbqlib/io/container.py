@@ -68,29 +68,32 @@ def write_container(path, kind: str, meta: dict, arrays: dict[str, np.ndarray]) 
     """Write ``arrays`` and ``meta`` atomically to ``path`` (temp file, fsync, rename)."""
     path = Path(path)
     arrays = {name: np.asarray(a) for name, a in arrays.items()}
-    sections = []
-    # Offsets depend on the header length, which depends on the offsets: lay out with a
-    # generous fixed-width guess, then pad the JSON to it.
-    body_start_guess = _aligned(_PREFIX.size + 4096 + 256 * len(arrays))
-    offset = body_start_guess
     for name, a in arrays.items():
-        a = a.astype(a.dtype.newbyteorder("<")) if a.dtype.byteorder == ">" else a
-        arrays[name] = a
-        sections.append(
-            {
-                "name": name,
-                "dtype": np.lib.format.dtype_to_descr(a.dtype),
-                "shape": list(a.shape),
-                "offset": offset,
-                "nbytes": int(a.nbytes),
-                "crc32": crc32_of(a),
-            }
-        )
-        offset = _aligned(offset + a.nbytes)
-    header = json.dumps({"kind": kind, "meta": meta, "sections": sections}).encode()
-    if _PREFIX.size + len(header) > body_start_guess:
-        raise ValueError("header too large for the reserved space")
-    header = header + b" " * (body_start_guess - _PREFIX.size - len(header))
+        if a.dtype.byteorder == ">":
+            arrays[name] = a.astype(a.dtype.newbyteorder("<"))
+    crcs = {name: crc32_of(a) for name, a in arrays.items()}
+    # Offsets depend on the header length, which depends on the offsets: reserve room for the
+    # JSON, lay the sections out after it, and grow the reservation until the JSON fits.
+    body_start = _aligned(_PREFIX.size + 4096 + 256 * len(arrays))
+    while True:
+        sections, offset = [], body_start
+        for name, a in arrays.items():
+            sections.append(
+                {
+                    "name": name,
+                    "dtype": np.lib.format.dtype_to_descr(a.dtype),
+                    "shape": list(a.shape),
+                    "offset": offset,
+                    "nbytes": int(a.nbytes),
+                    "crc32": crcs[name],
+                }
+            )
+            offset = _aligned(offset + a.nbytes)
+        header = json.dumps({"kind": kind, "meta": meta, "sections": sections}).encode()
+        if _PREFIX.size + len(header) <= body_start:
+            break
+        body_start = _aligned(_PREFIX.size + 2 * len(header))
+    header = header + b" " * (body_start - _PREFIX.size - len(header))
     header_crc = zlib.crc32(header)
     total = offset + _FOOTER.size
 
