@@ -376,6 +376,14 @@ def test_memmap_and_float64_inputs_give_the_same_clusters(tmp_path):
     np.testing.assert_array_equal(nearest_centroid(Xm, C), nearest_centroid(X, C))
 
 
+def test_progress_bar_does_not_change_the_result(blobs, capsys):
+    X = blobs[:5000]
+    C, a = hierarchical_kmeans(X, 64)
+    C2, a2 = hierarchical_kmeans(X, 64, progress=True)
+    np.testing.assert_array_equal(a, a2)
+    assert "k-means" in capsys.readouterr().err
+
+
 def test_inputs_not_modified(blobs):
     X = blobs[:3000].copy()
     before = X.copy()

@@ -323,10 +323,6 @@ class _Progress:
         if self.bar is not None:
             self.bar.update(n)
 
-    def set_description(self, desc: str) -> None:
-        if self.bar is not None:
-            self.bar.set_description(desc)
-
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
