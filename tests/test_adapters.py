@@ -180,3 +180,99 @@ def test_usearch_index_unsupported_planes():
     X, _ = _clustered(100, 16)
     with pytest.raises(ValueError, match="planes"):
         USearchIndex(quantizer=rabitq.RaBitQQuantizer(bits=3)).add(X)
+
+
+# ----------------------------------------------------------------------------- faiss / hnswlib
+def _flat(X, Q, bits, sim, k, **kw):
+    from bbqlib import FlatIndex
+
+    flat = FlatIndex(BBQQuantizer(bits=bits, similarity=sim))
+    flat.add(X)
+    return flat.search(Q, k=k, **kw)
+
+
+@pytest.mark.parametrize("sim", ["cosine", "euclidean", "max_inner_product"])
+def test_faiss_ivf_all_lists_equals_flat(sim):
+    pytest.importorskip("faiss")
+    from bbqlib.adapters.faiss import FaissIVFIndex
+
+    X, Q = _clustered(1200, 40, seed=11)
+    index = FaissIVFIndex(nlist=16, nprobe=4, bits=2, similarity=sim)
+    index.add(X)
+    assert index.nlist == 16 and index.list_sizes.sum() == 1200
+    s, i = index.search(Q, k=10, nprobe=16)  # every list: the flat index's answer
+    fs, fi = _flat(X, Q, 2, sim, 10)
+    np.testing.assert_array_equal(i, fi)
+    np.testing.assert_array_equal(s, fs)
+    s, i = index.search(Q, k=10, nprobe=16, rerank=False, oversample=1)
+    fs, fi = _flat(X, Q, 2, sim, 10, rerank=False)
+    np.testing.assert_array_equal(i, fi)
+    np.testing.assert_array_equal(s, fs)
+    s4, i4 = index.search(Q, k=10)  # 4 of 16 lists: still good on clustered data
+    assert _recall(i4, _truth(X, Q, sim, 10)) >= 0.8
+
+
+def test_faiss_ivf_existing_coarse_and_batches():
+    faiss = pytest.importorskip("faiss")
+    from bbqlib.adapters.faiss import FaissIVFIndex
+
+    X, Q = _clustered(1000, 24, seed=12)
+    ivf = faiss.IndexIVFFlat(faiss.IndexFlatL2(24), 24, 10)  # a user's own faiss IVF
+    ivf.train(X)
+    q = BBQQuantizer(bits=1, similarity="euclidean").fit(X)
+    one = FaissIVFIndex(coarse=ivf, quantizer=q, nprobe=3)
+    one.add(X)
+    parts = FaissIVFIndex(coarse=ivf, quantizer=q, nprobe=3)
+    for chunk in np.array_split(X, 4):
+        parts.add(chunk)
+    assert one.nlist == parts.nlist == 10
+    np.testing.assert_array_equal(one.search(Q, 5)[1], parts.search(Q, 5)[1])
+    np.testing.assert_array_equal(one._row_ids, parts._row_ids)
+    with pytest.raises(TypeError, match="faiss Index"):
+        FaissIVFIndex(coarse=np.zeros((3, 24)))
+    with pytest.raises(ValueError, match="centroids"):
+        FaissIVFIndex(coarse=faiss.IndexFlatL2(24))
+    wrong = faiss.IndexFlatL2(8)
+    wrong.add(np.zeros((2, 8), np.float32))
+    with pytest.raises(ValueError, match="dimension"):
+        FaissIVFIndex(coarse=wrong, similarity="l2").add(X)
+    with pytest.raises(ValueError, match="nprobe"):
+        one.search(Q, 5, nprobe=0)
+    no_vec = FaissIVFIndex(coarse=ivf, quantizer=q, store_vectors=False)
+    no_vec.add(X)
+    with pytest.raises(ValueError, match="store_vectors"):
+        no_vec.search(Q, 5)
+    assert no_vec.search(Q, 5, rerank=False)[1].shape == (20, 5)
+    assert "FaissIVFIndex(ntotal=1000" in repr(one) and one.memory_usage > 0
+
+
+@pytest.mark.parametrize("sim", ["cosine", "euclidean"])
+def test_hnswlib_ivf_all_lists_equals_flat(sim):
+    pytest.importorskip("hnswlib")
+    from bbqlib.adapters.hnswlib import HnswlibIVFIndex
+
+    X, Q = _clustered(1500, 36, seed=13)
+    index = HnswlibIVFIndex(cluster_size=100, nprobe=3, bits=1, similarity=sim)
+    index.add(X)
+    assert index.nlist == len(index.centroids) > 3
+    s, i = index.search(Q, k=10, nprobe=index.nlist)
+    fs, fi = _flat(X, Q, 1, sim, 10)
+    np.testing.assert_array_equal(i, fi)
+    np.testing.assert_array_equal(s, fs)
+    assert _recall(index.search(Q, k=10, nprobe=6)[1], _truth(X, Q, sim, 10)) >= 0.8
+
+
+def test_hnswlib_ivf_given_centroids():
+    pytest.importorskip("hnswlib")
+    from bbqlib.adapters.hnswlib import HnswlibIVFIndex
+
+    X, Q = _clustered(600, 20, seed=14)
+    C = X[::60].copy()
+    index = HnswlibIVFIndex(centroids=C, nprobe=2, similarity="max_inner_product")
+    index.add(X)
+    assert index.nlist == 10 and index.ntotal == 600
+    assert index.search(Q[0], 4)[1].shape == (1, 4)
+    with pytest.raises(ValueError, match="dimension"):
+        HnswlibIVFIndex(centroids=C[:, :5]).add(X)
+    with pytest.raises(ValueError, match="cluster_size"):
+        HnswlibIVFIndex(cluster_size=0)

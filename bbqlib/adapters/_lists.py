@@ -1,0 +1,180 @@
+"""bbqlib codes stored list by list, with lists chosen by another engine (IVF-shaped adapters).
+
+An engine (a faiss coarse quantizer, an hnswlib graph over centroids) routes each query to a
+few lists; bbqlib scores every doc of those lists with its asymmetric estimate in one numba
+kernel (:func:`bbqlib._kernels.candidates.topk_lists_planes` and twins), keeps the best
+``k' = ceil(k · oversample)`` and reranks them on float vectors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._kernels import candidates as K
+from .._kernels.scoring import EMPTY_ID
+from .._validation import check_k, check_vectors, prepare_for_similarity
+from ..index.rerank import candidate_count, check_oversample, finish
+from ..quantizers import BBQQuantizer, EncodedVectors, Quantizer
+from ..scoring import merge_topk
+from .scorer import _kernel_args, exact_candidates
+
+_TOPK = {
+    "planes": K.topk_lists_planes,
+    "bytes": K.topk_lists_bytes,
+    "float": K.topk_lists_float,
+}
+
+
+def check_positive_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def make_quantizer(quantizer, bits, query_bits, similarity, precondition, seed) -> Quantizer:
+    if quantizer is None:
+        return BBQQuantizer(
+            bits=bits,
+            query_bits=query_bits,
+            similarity=similarity,
+            precondition=precondition,
+            seed=seed,
+        )
+    if not isinstance(quantizer, Quantizer):
+        raise TypeError(f"quantizer must be a bbqlib Quantizer, got {type(quantizer).__name__}")
+    return quantizer
+
+
+class ListsIndex:
+    """Codes grouped by list; subclasses provide ``_route(Q, nprobe)`` and the lists.
+
+    State after :meth:`_store`: ``_codes`` (EncodedVectors in list order), ``_row_ids``
+    (caller id of each row), ``_assign`` (list of each row), ``_list_ptr`` (row range of each
+    list), ``_vectors`` (prepared float vectors in caller-id order, or None).
+    """
+
+    def __init__(self, quantizer: Quantizer, nprobe: int, oversample, store_vectors: bool):
+        self.quantizer = quantizer
+        self.nprobe = check_positive_int(nprobe, "nprobe")
+        self.oversample = oversample
+        self.store_vectors = bool(store_vectors)
+        self._codes: EncodedVectors | None = None
+        self._row_ids = np.empty(0, dtype=np.int64)
+        self._assign = np.empty(0, dtype=np.int64)
+        self._list_ptr = np.zeros(1, dtype=np.int64)
+        self._vectors: np.ndarray | None = None
+
+    # -- to implement ---------------------------------------------------------------------
+    def _route(self, Q: np.ndarray, nprobe: int) -> np.ndarray:  # pragma: no cover
+        """Lists to visit per prepared query: int64 [nq, nprobe] (``-1``: none)."""
+        raise NotImplementedError
+
+    # -- shared -----------------------------------------------------------------------------
+    @property
+    def ntotal(self) -> int:
+        return 0 if self._codes is None else len(self._codes)
+
+    def __len__(self) -> int:
+        return self.ntotal
+
+    @property
+    def nlist(self) -> int:
+        return len(self._list_ptr) - 1
+
+    @property
+    def list_sizes(self) -> np.ndarray:
+        return np.diff(self._list_ptr)
+
+    def _prepare_add(self, X) -> np.ndarray:
+        """Fit the quantizer on the first call; validated float32 rows."""
+        q = self.quantizer
+        if not q.is_fitted:
+            q.fit(X)
+        return check_vectors(X, "X", dim=q.dim_)
+
+    def _store(self, X: np.ndarray, assign: np.ndarray, nlist: int) -> None:
+        """Append encoded ``X`` with list ``assign`` of each row; regroup rows by list."""
+        q = self.quantizer
+        assign = np.asarray(assign, dtype=np.int64).reshape(-1)
+        if assign.shape[0] != X.shape[0] or (assign.size and assign.min() < 0):
+            raise ValueError("the router left vectors without a list (empty coarse quantizer?)")
+        start = self.ntotal
+        enc = q.encode(X)
+        if self.store_vectors:
+            Xp = prepare_for_similarity(X, q.similarity_, "X")
+            self._vectors = Xp if self._vectors is None else np.concatenate([self._vectors, Xp])
+        if self._codes is not None:
+            enc = EncodedVectors.concatenate([self._codes, enc])
+        ids = np.concatenate([self._row_ids, np.arange(start, start + len(X), dtype=np.int64)])
+        rows_assign = np.concatenate([self._assign, assign])
+        order = np.argsort(rows_assign, kind="stable")  # earlier rows (lower ids) first
+        self._codes = enc[order]
+        self._row_ids = ids[order]
+        self._assign = rows_assign[order]
+        counts = np.bincount(self._assign, minlength=nlist)
+        self._list_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    def search(self, queries, k: int = 10, *, nprobe=None, oversample=None, rerank=True):
+        """Search: ``(scores, ids)`` [nq, k] like :meth:`bbqlib.FlatIndex.search`.
+
+        Parameters
+        ----------
+        queries : float array [nq, d] or [d]
+        k : int
+        nprobe : int, optional
+            Lists visited per query (default: the constructor's).
+        oversample : float >= 1, optional
+            Candidates kept for the float rerank: ``ceil(k · oversample)``.
+        rerank : bool
+            Rerank on the float vectors (needs ``store_vectors=True``).
+        """
+        q = self.quantizer
+        q._check_fitted()
+        k = check_k(k)
+        if rerank not in (True, False):
+            raise ValueError(f"rerank must be True or False, got {rerank!r}")
+        if rerank and self._vectors is None:
+            raise ValueError(
+                "this index keeps no float vectors (store_vectors=False); search with rerank=False"
+            )
+        nprobe = self.nprobe if nprobe is None else check_positive_int(nprobe, "nprobe")
+        Q = q._validated(queries, "queries", allow_1d=True)
+        n = self.ntotal
+        if n == 0:
+            empty = np.empty((len(Q), 0))
+            return finish(empty, empty.astype(np.int64), k, q.similarity_)
+        over = check_oversample(
+            self.oversample if oversample is None else oversample,
+            q.encoding_.default_oversample,
+        )
+        depth = candidate_count(k, over, n) if rerank else min(k, n)
+        probes = np.ascontiguousarray(self._route(Q, min(nprobe, self.nlist)), dtype=np.int64)
+        keys, ids = self._scan(Q, probes, depth)
+        if not rerank:
+            raw = -keys if q.similarity_.is_distance else keys
+            return finish(raw, ids, k, q.similarity_)
+        exact = exact_candidates(Q, self._vectors, ids, q.similarity_, normalized=True)
+        keys = np.where(ids < 0, -np.inf, -exact if q.similarity_.is_distance else exact)
+        keys, ids = merge_topk(keys, np.where(ids < 0, EMPTY_ID, ids), min(k, depth))
+        ids = np.where(ids == EMPTY_ID, -1, ids)
+        raw = -keys if q.similarity_.is_distance else keys
+        return finish(raw, ids, k, q.similarity_)
+
+    def _scan(self, Q: np.ndarray, probes: np.ndarray, depth: int):
+        """Best ``depth`` per query over the probed lists: keys (``-d²`` or ip), ids."""
+        q = self.quantizer
+        docs = q._cached_doc_codes(self._codes)
+        layout, args = _kernel_args(q._query_codes(Q), docs)
+        keys = np.full((len(Q), depth), -np.inf)
+        ids = np.full((len(Q), depth), EMPTY_ID, dtype=np.int64)
+        _TOPK[layout](*args, self._list_ptr, self._row_ids, probes, keys, ids)
+        keys, ids = merge_topk(keys, ids, depth)  # the kernel leaves heaps
+        ids = np.where(ids == EMPTY_ID, -1, ids)
+        return keys, ids
+
+    @property
+    def memory_usage(self) -> int:
+        """RAM bytes of codes, corrections, ids and list offsets (float vectors excluded)."""
+        if self._codes is None:
+            return 0
+        return self._codes.nbytes + self._row_ids.nbytes + self._list_ptr.nbytes
