@@ -1,0 +1,611 @@
+"""RaBitQ and Extended RaBitQ (1 to 8 bits): unbiased estimates with per-pair error bounds."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from .. import scoring
+from .._kernels.rabitq import bound_rerank, sweep_levels
+from .._kernels.scoring import EMPTY_ID
+from .._validation import check_k, check_vectors, prepare_for_similarity
+from ..encoding import DOC_BITS, Encoding, get_encoding
+from ..packing import pack_planes, plane_words, unpack_planes
+from ..similarity import resolve_similarity
+from .base import Quantizer
+from .encoded import EncodedVectors
+from .registry import register_quantizer
+
+__all__ = [
+    "RaBitQQuantizer",
+    "RABITQ_BITS",
+    "RABITQ_QUERY_BITS",
+    "RABITQ_CORRECTIONS_U16",
+    "RABITQ_CORRECTIONS_I32",
+    "DEFAULT_EPS0",
+    "rabitq_encoding",
+]
+
+#: Bits per dimension of stored RaBitQ codes.
+RABITQ_BITS = (1, 2, 3, 4, 5, 6, 7, 8)
+#: Query bits; ``None`` is an unquantized float query.
+RABITQ_QUERY_BITS = (4, 7, 8, None)
+#: Default confidence multiplier of the error bound (a z-score: about 94% per pair).
+DEFAULT_EPS0 = 1.9
+#: Most vectors rescored per query by ``rerank="bound"`` (Elasticsearch's rescore cap).
+BOUND_RERANK_CAP = 10_000
+
+#: Per-vector corrections, little endian, 14 bytes (1 to 4-bit codes):
+#: ``delta_over_a`` = Δ/a_o = r_o² / <y, o'> (the code scale of the unbiased estimator),
+#: ``additional`` = ||o_r - c||² (euclidean) or <o_r, c> (inner products),
+#: ``error`` = r_o sqrt(1 - a_o²) / a_o / sqrt(D - 1) (ε₀ left out: a search-time choice),
+#: ``component_sum`` = Σ x_u.
+RABITQ_CORRECTIONS_U16 = np.dtype(
+    [("delta_over_a", "<f4"), ("additional", "<f4"), ("error", "<f4"), ("component_sum", "<u2")]
+)
+#: Same fields, 16 bytes, for 5 to 8-bit codes (their component sum overflows 16 bits).
+RABITQ_CORRECTIONS_I32 = np.dtype(
+    [("delta_over_a", "<f4"), ("additional", "<f4"), ("error", "<f4"), ("component_sum", "<i4")]
+)
+# Wire numbers of RaBitQ encodings start here, clear of BBQ's (doc_bits * 16 + query_bits).
+_WIRE_BASE = 0x100
+# Rows encoded per chunk (bounds float64 temporaries at chunk * d * 8 bytes).
+_CHUNK = 8192
+# Queries per dense estimate in rerank="bound" (bounds memory at batch * n * 16 bytes).
+_BOUND_BATCH = 32
+# Random unit vectors averaged for the fast variant's fixed rescaling factor.
+_FAST_SAMPLES = 100
+
+
+def rabitq_encoding(bits: int, query_bits: int | None | str = "auto") -> Encoding:
+    """The encoding record of RaBitQ codes: ``bits`` bit planes at every width.
+
+    A sibling of :func:`bbqlib.encoding.get_encoding` (whose 7/8-bit rows are bytes with BBQ's
+    corrections): RaBitQ stores ``bits`` planes of ``padded_dim(d) / 8`` bytes (the top plane
+    is the sign bit) plus :data:`RABITQ_CORRECTIONS_U16` (14 B, 1-4 bits) or
+    :data:`RABITQ_CORRECTIONS_I32` (16 B, 5-8 bits). ``query_bits="auto"``: 4 at 1 bit,
+    ``None`` (float query, as faiss's multi-bit stage) above. Wire numbers are
+    ``0x100 + bits * 16 + (query_bits or 0)``. The default oversample is the core table's
+    (3.0 at 1 bit, 1.5 at 2, 1.0 at 4, 7, 8), 1.5 at 3 bits and 1.0 at 5 and 6.
+    """
+    if isinstance(bits, bool) or bits not in RABITQ_BITS:
+        raise ValueError(f"bits must be an integer in 1..8, got {bits!r}")
+    if isinstance(query_bits, str):
+        if query_bits != "auto":
+            raise ValueError(f"query_bits must be 4, 7, 8, None or 'auto', got {query_bits!r}")
+        query_bits = 4 if bits == 1 else None
+    if isinstance(query_bits, bool) or query_bits not in RABITQ_QUERY_BITS:
+        raise ValueError(
+            f"query_bits must be one of 4, 7, 8, None (float query) or 'auto', got {query_bits!r}"
+        )
+    if bits in DOC_BITS:
+        oversample = get_encoding(bits).default_oversample
+    else:
+        oversample = 1.5 if bits == 3 else 1.0
+    return Encoding(
+        doc_bits=bits,
+        query_bits=query_bits,
+        wire=_WIRE_BASE + bits * 16 + (query_bits or 0),
+        layout="planes",
+        corrections_dtype=RABITQ_CORRECTIONS_U16 if bits <= 4 else RABITQ_CORRECTIONS_I32,
+        default_oversample=oversample,
+    )
+
+
+def _check_eps0(eps0) -> float:
+    if eps0 is None:
+        return DEFAULT_EPS0
+    if isinstance(eps0, bool) or not isinstance(eps0, (int, float, np.number)):
+        raise ValueError(f"eps0 must be a positive number (a z-score, default 1.9), got {eps0!r}")
+    if not math.isfinite(eps0) or eps0 <= 0:
+        raise ValueError(f"eps0 must be a finite number > 0 (default 1.9), got {eps0!r}")
+    return float(eps0)
+
+
+@functools.lru_cache(maxsize=64)
+def fast_rescale_factor(dim: int, bits: int) -> float:
+    """The fast variant's fixed rescaling factor for ``(dim, bits)`` (spec §2.2 step 4).
+
+    The mean optimal ``t`` of 100 random unit vectors (seeded by ``(dim, bits)``), in units of
+    a unit vector's coordinates; ``0`` at 1 bit.
+    """
+    if bits == 1:
+        return 0.0
+    rng = np.random.default_rng([int(dim), int(bits), 0x7AB17])
+    g = rng.standard_normal((_FAST_SAMPLES, int(dim)))
+    a = np.abs(g) / np.linalg.norm(g, axis=1, keepdims=True)
+    levels = np.empty(a.shape, dtype=np.uint8)
+    t = np.empty(len(a))
+    sweep_levels(np.ascontiguousarray(a), 2 ** (bits - 1) - 1, levels, t)
+    return float(t.mean())
+
+
+@register_quantizer
+class RaBitQQuantizer(Quantizer):
+    """RaBitQ (1 bit) and Extended RaBitQ (2-8 bits) with unbiased estimates and error bounds.
+
+    Parameters
+    ----------
+    bits : int in 1..8
+        Bits per dimension of the stored codes: the sign bit plus ``bits - 1`` extra bits.
+    query_bits : {4, 7, 8, None, "auto"}
+        ``"auto"`` (default): 4 at 1 bit (RaBitQ's quantized query), ``None`` above (a float
+        query, as faiss's multi-bit second stage). Quantized queries use a uniform grid over
+        each rotated residual's own ``[min, max]`` with deterministic nearest rounding.
+    similarity : {"cosine", "dot_product", "euclidean", "max_inner_product"} or an alias
+        ``cosine`` normalizes, then works as ``dot_product``; inner products go through the
+        centroid terms ``<o_r, q_r> = <o_r - c, q_r - c> + <o_r, c> + <q_r, c> - <c, c>``.
+    rotation : {"dense", "hadamard", "block", None} or a Transform
+        Random orthogonal transform applied to docs and queries (default: a dense Haar
+        matrix). ``None`` skips it, and with it the guarantees: the estimator is unbiased and
+        the bound holds only over the rotation's randomness.
+    seed : int, optional
+        Seed of the rotation (the transform's default when None).
+    fast : bool
+        Use one fixed rescaling factor per ``(dim, bits)`` instead of the exact per-vector
+        sweep (RaBitQ-Library's ``faster_config``; O(d) instead of O(d log d) per vector,
+        slightly larger error, still unbiased).
+
+    Attributes
+    ----------
+    centroid_ : float32 [d]
+        Mean of the fitted vectors in the rotated frame (after normalization for cosine).
+    transform_ : Transform or None
+    encoding_ : Encoding
+        :func:`rabitq_encoding` row in use.
+    rescale_factor_ : float
+        The fixed factor of ``fast=True`` (0 otherwise).
+
+    Notes
+    -----
+    With ``o' = P(o_r - c)``, the code is the grid point ``y* = argmax <y, o'> / ||y||`` over
+    ``y in {±1/2, ±3/2, ..., ±(2^B - 1)/2}^d`` (signs of ``o'``, magnitudes by the rescaling
+    sweep), stored as unsigned ``x_u = y* - c_B`` (``c_B = -(2^B - 1)/2``) in ``B`` bit planes.
+    The estimate of ``<o_r - c, q_r - c>`` is ``r_o <ō, q'> / <ō, o>``
+    (Gao & Long, SIGMOD 2024; Gao et al., SIGMOD 2025), affine in the codes:
+    ``x̂ = l_x (x_u + c_B)`` with ``l_x = Δ/a_o = r_o² / <y*, o'>``, so the core kernels score
+    it (``a_x = c_B l_x``). Its error is about ``r_o r_q sqrt(1 - a_o²) / (a_o sqrt(d - 1))``
+    times a standard normal; ``eps0`` times that (twice for squared L2) is the half-width
+    returned by ``estimate(..., return_bounds=True)``: ``eps0 = 1.9`` covers about 94% of
+    pairs (a two-sided z-score, not a guarantee). With a quantized query the rounding error
+    ``e = ŷ - y`` adds ``(r_o / a_o) ||e|| / sqrt(d)`` in quadrature.
+
+    Storage: ``bits * padded_dim(d) / 8`` code bytes plus 14 (1-4 bits) or 16 (5-8 bits)
+    bytes of corrections per vector (see :data:`RABITQ_CORRECTIONS_U16`), e.g. 62 B at 1 bit
+    and d = 384.
+
+    Examples
+    --------
+    >>> import numpy as np, bbqlib
+    >>> X = np.random.default_rng(0).normal(size=(1000, 64)).astype(np.float32)
+    >>> q = bbqlib.RaBitQQuantizer(bits=2, similarity="euclidean", seed=0).fit(X)
+    >>> enc = q.encode(X)
+    >>> enc.bytes_per_vector
+    30
+    >>> est, lower, upper = q.estimate(X[:2], enc, return_bounds=True)
+    >>> est.shape, bool((lower <= est).all() and (est <= upper).all())
+    ((2, 1000), True)
+    """
+
+    _param_names = ("bits", "query_bits", "similarity", "rotation", "seed", "fast")
+
+    def __init__(
+        self,
+        bits: int = 1,
+        query_bits: int | None | str = "auto",
+        similarity: str = "cosine",
+        *,
+        rotation="dense",
+        seed: int | None = None,
+        fast: bool = False,
+    ):
+        self.bits = bits
+        self.query_bits = query_bits
+        self.similarity = similarity
+        self.rotation = rotation
+        self.seed = seed
+        self.fast = fast
+
+    # -- fitting ----------------------------------------------------------------------------
+    def fit(self, X) -> RaBitQQuantizer:
+        """Validate the parameters, draw the rotation and fix the centre (the rotated mean)."""
+        encoding = rabitq_encoding(self.bits, self.query_bits)
+        similarity = resolve_similarity(self.similarity)
+        if not isinstance(self.fast, (bool, np.bool_)):
+            raise ValueError(f"fast must be True or False, got {self.fast!r}")
+        X = check_vectors(X, "X")
+        if X.shape[1] > encoding.max_dim:
+            raise ValueError(
+                f"{encoding.doc_bits}-bit RaBitQ codes support at most {encoding.max_dim} "
+                f"dimensions (the component sum would overflow), got {X.shape[1]}; use bits >= 5"
+            )
+        X = prepare_for_similarity(X, similarity, "X")
+        transform = _make_transform(self.rotation, X.shape[1], self.seed)
+        if transform is not None:
+            X = transform.transform(X)
+        centroid = X.mean(axis=0, dtype=np.float64).astype(np.float32)
+        factor = fast_rescale_factor(X.shape[1], encoding.doc_bits) if self.fast else 0.0
+        self._set_fitted(encoding, similarity, X.shape[1], centroid, transform, factor)
+        return self
+
+    def _set_fitted(self, encoding, similarity, dim, centroid, transform, factor) -> None:
+        self.encoding_ = encoding
+        self.similarity_ = similarity
+        self.dim_ = int(dim)
+        self.centroid_ = np.asarray(centroid, dtype=np.float32)
+        self.centroid_.flags.writeable = False
+        self.centroid_dot_ = float(np.dot(self.centroid_.astype(np.float64), self.centroid_))
+        self.transform_ = transform
+        self.rescale_factor_ = float(factor)
+        self.fingerprint_ = self._fingerprint(
+            encoding.doc_bits,
+            similarity.value,
+            bool(self.fast),
+            self.rescale_factor_,
+            self.centroid_,
+            None if transform is None else transform.fingerprint(),
+        )
+
+    # -- encoding ---------------------------------------------------------------------------
+    def rotate(self, X: np.ndarray) -> np.ndarray:
+        """Apply the fitted rotation to validated, prepared rows (no copy without one)."""
+        return X if self.transform_ is None else self.transform_.transform(X)
+
+    def encode(self, X) -> EncodedVectors:
+        """Quantize docs: ``bits`` bit planes and 14 (16 above 4 bits) bytes of corrections."""
+        return self.encode_rotated(self.rotate(self._validated(X, "X")), self.centroid_)
+
+    def encode_rotated(self, Xr: np.ndarray, centroid: np.ndarray) -> EncodedVectors:
+        """Encode already rotated rows against a centre in the rotated frame.
+
+        The hook for residual coding (an IVF list codes ``Xr - centroid`` of its own
+        centroid); :meth:`encode` calls it with the fitted mean.
+        """
+        self._check_fitted()
+        Xr = np.ascontiguousarray(Xr, dtype=np.float32)
+        c = np.asarray(centroid, dtype=np.float64)
+        enc = self.encoding_
+        bits = enc.doc_bits
+        n, d = Xr.shape
+        codes = np.empty((n, enc.doc_bytes(d)), dtype=np.uint8)
+        corr = np.empty(n, dtype=enc.corrections_dtype)
+        for start in range(0, n, _CHUNK):
+            stop = min(n, start + _CHUNK)
+            x_u, fields = _quantize_rows(
+                Xr[start:stop], c, bits, self.rescale_factor_ if self.fast else None
+            )
+            codes[start:stop] = pack_planes(x_u, bits)
+            for name in ("delta_over_a", "error", "component_sum"):
+                corr[name][start:stop] = fields[name]
+            if self.similarity_.is_distance:
+                corr["additional"][start:stop] = fields["r2"]
+            else:
+                corr["additional"][start:stop] = Xr[start:stop].astype(np.float64) @ c
+        cc = float(c @ c)
+        return EncodedVectors(codes, corr, enc, d, cc, self.fingerprint_)
+
+    def _doc_codes(self, enc: EncodedVectors) -> scoring.DocCodes:
+        c = enc.corrections
+        bits = enc.encoding.doc_bits
+        c_b = -(2**bits - 1) / 2.0
+        scale = c["delta_over_a"].astype(np.float64)
+        factors = np.empty((len(enc), 4), dtype=np.float32)
+        factors[:, 0] = c_b * scale
+        factors[:, 1] = scale
+        factors[:, 2] = c["component_sum"]
+        factors[:, 3] = c["additional"]
+        return scoring.DocCodes(
+            "planes",
+            plane_words(enc.codes),
+            factors,
+            bits,
+            enc.dim,
+            enc.centroid_dot,
+            self.similarity_.is_distance,
+        )
+
+    # -- queries ----------------------------------------------------------------------------
+    def _query_codes(self, Q: np.ndarray) -> scoring.QueryCodes:
+        return self.query_codes_rotated(self.rotate(Q), self.centroid_)[0]
+
+    def query_codes_rotated(self, Qr: np.ndarray, centroid: np.ndarray):
+        """Query codes for rotated queries against a centre: ``(codes, r_q, rounding_norm)``.
+
+        ``r_q = ||q' - c||`` and ``rounding_norm = ||ŷ - y||`` (0 for float queries) feed the
+        error bound.
+        """
+        c = np.asarray(centroid, dtype=np.float64)
+        Qr64 = np.asarray(Qr, dtype=np.float64)
+        y = (Qr64 - c).astype(np.float32)
+        y64 = y.astype(np.float64)
+        r_q = np.sqrt(np.einsum("ij,ij->i", y64, y64))
+        factors = np.empty((len(y), 4), dtype=np.float64)
+        factors[:, 3] = r_q**2 if self.similarity_.is_distance else Qr64 @ c
+        qb = self.encoding_.query_bits
+        if qb is None:
+            factors[:, 0] = 0.0
+            factors[:, 1] = 1.0
+            factors[:, 2] = y64.sum(axis=1)
+            return scoring.QueryCodes("float", y, factors), r_q, np.zeros(len(y))
+        lo = y64.min(axis=1)
+        step = (y64.max(axis=1) - lo) / (2**qb - 1)
+        safe = np.where(step > 0, step, 1.0)
+        codes = np.rint((y64 - lo[:, None]) / safe[:, None])
+        codes = np.clip(codes, 0, 2**qb - 1)
+        codes[step == 0] = 0
+        rounding = lo[:, None] + step[:, None] * codes - y64
+        factors[:, 0] = lo
+        factors[:, 1] = step
+        factors[:, 2] = codes.sum(axis=1)
+        words = plane_words(pack_planes(codes.astype(np.uint8), qb))
+        e_norm = np.sqrt(np.einsum("ij,ij->i", rounding, rounding))
+        return scoring.QueryCodes("planes", words, factors, qb), r_q, e_norm
+
+    # -- estimates and bounds ---------------------------------------------------------------
+    def estimate(self, Q, enc: EncodedVectors, *, return_bounds: bool = False, eps0=None):
+        """Unbiased raw estimates [nq, n]: squared L2 (euclidean) or inner product.
+
+        Parameters
+        ----------
+        Q : float array [nq, d] or [d]
+        enc : EncodedVectors from :meth:`encode`
+        return_bounds : bool
+            Also return ``lower`` and ``upper`` = estimate ∓ half-width.
+        eps0 : float, optional
+            Confidence multiplier (default 1.9). The half-width is ``eps0 · σ`` with
+            ``σ = error · r_q`` (float query; twice that for squared L2), so ``eps0`` is a
+            z-score: 1.9 covers about 94% of pairs, 2.58 about 99%.
+
+        Returns
+        -------
+        est : float32 [nq, n], or ``(est, lower, upper)`` with ``return_bounds``.
+        """
+        eps0 = _check_eps0(eps0)
+        self._check_encoded(enc)
+        Q = self._validated(Q, "Q", allow_1d=True)
+        qc, r_q, e_norm = self.query_codes_rotated(self.rotate(Q), self.centroid_)
+        est = scoring.estimate_raw(qc, self._cached_doc_codes(enc))
+        if not return_bounds:
+            return est.astype(np.float32)
+        half = eps0 * self._sigma(enc, r_q, e_norm)
+        return (
+            est.astype(np.float32),
+            (est - half).astype(np.float32),
+            (est + half).astype(np.float32),
+        )
+
+    def error_sd(self, Q, enc: EncodedVectors) -> np.ndarray:
+        """Model standard deviation [nq, n] of each raw estimate (bound = ``eps0`` times it)."""
+        self._check_encoded(enc)
+        Q = self._validated(Q, "Q", allow_1d=True)
+        _, r_q, e_norm = self.query_codes_rotated(self.rotate(Q), self.centroid_)
+        return self._sigma(enc, r_q, e_norm)
+
+    def _sigma(self, enc: EncodedVectors, r_q: np.ndarray, e_norm: np.ndarray) -> np.ndarray:
+        err = enc.corrections["error"].astype(np.float64)
+        sigma = r_q[:, None] * err[None, :]
+        if self.encoding_.query_bits is not None:
+            norm = self._norm_over_a(enc)
+            rounding = e_norm[:, None] * norm[None, :] / math.sqrt(enc.dim)
+            sigma = np.sqrt(sigma**2 + rounding**2)
+        return sigma * (2.0 if self.similarity_.is_distance else 1.0)
+
+    def _norm_over_a(self, enc: EncodedVectors) -> np.ndarray:
+        """``r_o / a_o = l_x ||x_u + c_B||`` per doc, from the codes (cached on ``enc``)."""
+        key = ("rabitq_norm_over_a", self.fingerprint_)
+        if key not in enc._cache:
+            bits = enc.encoding.doc_bits
+            c_b = -(2**bits - 1) / 2.0
+            sq = np.empty(len(enc))
+            if bits == 1:
+                sq[:] = enc.dim / 4.0
+            for start in range(0, len(enc) if bits > 1 else 0, 65536):
+                stop = min(len(enc), start + 65536)
+                y = unpack_planes(enc.codes[start:stop], bits, enc.dim).astype(np.float64) + c_b
+                sq[start:stop] = np.einsum("ij,ij->i", y, y)
+            scale = enc.corrections["delta_over_a"].astype(np.float64)
+            enc._cache[key] = scale * np.sqrt(sq)
+        return enc._cache[key]
+
+    # -- bound-driven rerank ----------------------------------------------------------------
+    def search_bound_rerank(
+        self,
+        Q,
+        codes: EncodedVectors,
+        vectors: np.ndarray,
+        k: int,
+        *,
+        allowed=None,
+        eps0=DEFAULT_EPS0,
+        cap: int = BOUND_RERANK_CAP,
+    ):
+        """Top ``k`` with exact scores, rescoring only the candidates the bound cannot rule out.
+
+        Candidates are visited in estimate order; each is rescored on its float vector iff its
+        optimistic bound (lower bound of d², upper bound of the inner product) beats the
+        current k-th exact value (spec §1.4), at most ``cap`` per query.
+
+        Parameters
+        ----------
+        Q : float array [nq, d] or [d]
+        codes : EncodedVectors of ``vectors``
+        vectors : float32 [n, d], the prepared float vectors (normalized for cosine)
+        k : int
+        allowed : boolean mask [n], optional
+        eps0 : float
+            Confidence multiplier of the bound (default 1.9).
+        cap : int
+            Most vectors rescored per query (default 10,000; never below ``k``).
+
+        Returns
+        -------
+        raw : float64 [nq, k]
+            Exact d² or inner products, best first (``nan`` padding).
+        ids : int64 [nq, k] (``-1`` padding)
+        vectors_read : int64 [nq]
+            Float vectors rescored per query.
+        """
+        eps0 = _check_eps0(eps0)
+        self._check_encoded(codes)
+        k = check_k(k)
+        Q = self._validated(Q, "Q", allow_1d=True)
+        n = len(codes)
+        vectors = np.asarray(vectors)
+        if vectors.ndim != 2 or vectors.shape != (n, self.dim_):
+            raise ValueError(
+                f"vectors must have shape ({n}, {self.dim_}) to match the codes, got "
+                f"{vectors.shape}"
+            )
+        if vectors.dtype != np.float32:
+            vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        mask = np.empty(0, np.uint8)
+        if allowed is not None:
+            allowed = np.asarray(allowed)
+            if allowed.dtype != bool or allowed.shape != (n,):
+                raise ValueError(f"allowed must be a boolean mask of shape ({n},)")
+            mask = np.ascontiguousarray(allowed, dtype=np.uint8)
+        nq = len(Q)
+        raw = np.full((nq, k), np.nan)
+        ids = np.full((nq, k), -1, dtype=np.int64)
+        reads = np.zeros(nq, dtype=np.int64)
+        if n == 0:
+            return raw, ids, reads
+        is_l2 = self.similarity_.is_distance
+        doc_codes = self._cached_doc_codes(codes)
+        Qr = self.rotate(Q)
+        for q0 in range(0, nq, _BOUND_BATCH):
+            q1 = min(nq, q0 + _BOUND_BATCH)
+            qc, r_q, e_norm = self.query_codes_rotated(Qr[q0:q1], self.centroid_)
+            est = scoring.estimate_raw(qc, doc_codes)
+            keys = -est if is_l2 else est
+            opt = keys + eps0 * self._sigma(codes, r_q, e_norm)
+            heap_keys = np.full((q1 - q0, k), -np.inf)
+            heap_ids = np.full((q1 - q0, k), EMPTY_ID, dtype=np.int64)
+            bound_rerank(
+                keys,
+                opt,
+                np.ascontiguousarray(Q[q0:q1]),
+                vectors,
+                mask,
+                max(int(cap), k),
+                is_l2,
+                heap_keys,
+                heap_ids,
+                reads[q0:q1],
+            )
+            heap_keys, heap_ids = scoring.merge_topk(heap_keys, heap_ids, k)
+            empty = heap_ids == EMPTY_ID
+            raw[q0:q1] = np.where(empty, np.nan, -heap_keys if is_l2 else heap_keys)
+            ids[q0:q1] = np.where(empty, -1, heap_ids)
+        return raw, ids, reads
+
+    # -- state for files --------------------------------------------------------------------
+    def get_state(self) -> tuple[dict, dict]:
+        """``(params, arrays)`` that :meth:`from_state` turns back into this fitted quantizer."""
+        self._check_fitted()
+        params = {
+            "class": type(self).__name__,
+            "bits": self.encoding_.doc_bits,
+            "query_bits": self.encoding_.query_bits,
+            "similarity": self.similarity_.value,
+            "seed": self.seed,
+            "fast": bool(self.fast),
+            "rescale_factor": self.rescale_factor_,
+            "dim": self.dim_,
+            "fingerprint": self.fingerprint_,
+            "transform": None,
+        }
+        arrays = {"centroid": np.asarray(self.centroid_)}
+        if self.transform_ is not None:
+            t_params, t_arrays = self.transform_.get_state()
+            params["transform"] = t_params
+            arrays.update({f"transform.{k}": v for k, v in t_arrays.items()})
+        return params, arrays
+
+    @classmethod
+    def from_state(cls, params: dict, arrays: dict) -> RaBitQQuantizer:
+        transform = None
+        if params.get("transform"):
+            from ..transforms import transform_from_state
+
+            t_arrays = {
+                k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("transform.")
+            }
+            transform = transform_from_state(params["transform"], t_arrays)
+        q = cls(
+            bits=params["bits"],
+            query_bits=params["query_bits"],
+            similarity=params["similarity"],
+            rotation=transform,
+            seed=params["seed"],
+            fast=params["fast"],
+        )
+        q._set_fitted(
+            rabitq_encoding(params["bits"], params["query_bits"]),
+            resolve_similarity(params["similarity"]),
+            params["dim"],
+            np.array(arrays["centroid"], dtype=np.float32),
+            transform,
+            params["rescale_factor"],
+        )
+        if q.fingerprint_ != params["fingerprint"]:
+            raise ValueError("quantizer state is inconsistent (fingerprint mismatch)")
+        return q
+
+    def with_query_bits(self, query_bits) -> RaBitQQuantizer:
+        """A copy of this fitted quantizer scoring queries at another bit width.
+
+        The doc codes stay valid (the fingerprint does not depend on the query bits).
+        """
+        self._check_fitted()
+        params, arrays = self.get_state()
+        params["query_bits"] = query_bits
+        return type(self).from_state(params, arrays)
+
+
+def _quantize_rows(Xr: np.ndarray, c: np.ndarray, bits: int, factor: float | None):
+    """Codes and corrections of rotated rows against centre ``c`` (spec §2.1-2.3).
+
+    Returns ``(x_u uint8 [n, d], fields)`` with the correction fields plus ``r2 = r_o²``.
+    """
+    R = Xr.astype(np.float64) - c
+    n, d = R.shape
+    a = np.abs(R)
+    M = 2 ** (bits - 1) - 1
+    r2 = np.einsum("ij,ij->i", R, R)
+    if M == 0:
+        levels = np.zeros((n, d), dtype=np.uint8)
+    elif factor is None:
+        levels = np.empty((n, d), dtype=np.uint8)
+        sweep_levels(a, M, levels, np.empty(n))
+    else:
+        r = np.sqrt(r2)
+        unit = a / np.where(r > 0, r, 1.0)[:, None]
+        levels = np.minimum(np.floor(factor * unit), M).astype(np.uint8)
+    sign = R > 0
+    x_u = np.where(sign, levels + (M + 1), M - levels).astype(np.uint8)
+    mag = levels + 0.5
+    ip = np.einsum("ij,ij->i", mag, a)  # <y*, o'> > 0: y* has the signs of o'
+    y_sq = np.einsum("ij,ij->i", mag, mag)
+    live = r2 > 0
+    scale = np.where(live, r2 / np.where(live, ip, 1.0), 0.0)
+    a_o = np.where(live, ip / np.sqrt(y_sq * np.where(live, r2, 1.0)), 1.0)
+    a_o = np.minimum(a_o, 1.0)
+    error = np.sqrt(r2) * np.sqrt(1.0 - a_o**2) / a_o / math.sqrt(max(d - 1, 1))
+    fields = {
+        "delta_over_a": scale,
+        "error": error,
+        "component_sum": x_u.sum(axis=1, dtype=np.int64),
+        "r2": r2,
+    }
+    return x_u, fields
+
+
+def _make_transform(spec, dim: int, seed):
+    if spec is None or spec is False:
+        return None
+    from ..transforms import make_transform
+
+    return make_transform(spec, dim, seed=seed)
