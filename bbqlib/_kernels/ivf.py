@@ -176,6 +176,7 @@ def quantize_pairs(X, C, rows, cols, bits, iters, lam, euclidean, planes, codes_
     d = X.shape[1]
     levels = float((1 << bits) - 1)
     grid = MINIMUM_MSE_GRID[bits - 1]
+    grid_points = np.arange(1 << bits).astype(np.float64) / levels
     plane_bytes = codes_out.shape[1] // planes if planes > 0 else 0
     for p in prange(n_pairs):
         r = rows[p]
@@ -205,7 +206,7 @@ def quantize_pairs(X, C, rows, cols, bits, iters, lam, euclidean, planes, codes_
         b = np.float64(np.float32(min(max(grid * std + mean, xmin), xmax)))
         if norm2 > 0.0 and iters > 0:
             scale = (1.0 - lam) / norm2
-            best = _grid_pass(x, a, b, levels, norm2, lam, sums)
+            best = _grid_pass(x, a, b, levels, norm2, lam, sums, grid_points)
             for _ in range(iters):
                 m0 = scale * sums[3] * sums[3] + lam * sums[0]
                 m1 = scale * sums[3] * sums[4] + lam * sums[1]
@@ -217,7 +218,7 @@ def quantize_pairs(X, C, rows, cols, bits, iters, lam, euclidean, planes, codes_
                 b_new = np.float64(np.float32((m0 * sums[4] - m1 * sums[3]) / det))
                 if abs(a - a_new) < 1e-8 and abs(b - b_new) < 1e-8:
                     break
-                loss = _grid_pass(x, a_new, b_new, levels, norm2, lam, new_sums)
+                loss = _grid_pass(x, a_new, b_new, levels, norm2, lam, new_sums, grid_points)
                 if loss > best:
                     break
                 a = a_new
