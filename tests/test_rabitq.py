@@ -27,6 +27,14 @@ from bbqlib.transforms import DenseRotation
 SIMILARITIES = ("euclidean", "dot_product", "cosine", "max_inner_product")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _single_blas_thread():
+    """A busy shared machine makes multi-threaded OpenBLAS QR 100x slower; one thread."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):
+        yield
+
+
 def _f(a, m):
     y = np.asarray(m, np.float64) + 0.5
     return float(y @ a / math.sqrt(y @ y))
