@@ -28,9 +28,8 @@ def _kernel_or_skip():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_executes_without_errors(path, monkeypatch):
+def test_notebook_executes_without_errors(path):
     nbformat, nbclient = _kernel_or_skip()
-    monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
         nb,
