@@ -10,7 +10,13 @@ from ._validation import NotFittedError
 from .encoding import ENCODINGS, Encoding, get_encoding
 from .index import FlatIndex, IVFIndex
 from .io.container import CorruptFileError
-from .quantizers import BBQQuantizer, EncodedVectors, Quantizer, ScalarQuantizer
+from .quantizers import (
+    BBQQuantizer,
+    EncodedVectors,
+    Quantizer,
+    RaBitQQuantizer,
+    ScalarQuantizer,
+)
 from .similarity import Similarity
 
 __version__ = "0.1.0"
@@ -25,6 +31,7 @@ __all__ = [
     "IVFIndex",
     "NotFittedError",
     "Quantizer",
+    "RaBitQQuantizer",
     "ScalarQuantizer",
     "Similarity",
     "get_encoding",

@@ -53,8 +53,10 @@ RABITQ_CORRECTIONS_I32 = np.dtype(
 _WIRE_BASE = 0x100
 # Rows encoded per chunk (bounds float64 temporaries at chunk * d * 8 bytes).
 _CHUNK = 8192
-# Queries per dense estimate in rerank="bound" (bounds memory at batch * n * 16 bytes).
+# Queries per dense estimate in rerank="bound": at most 32, and at most 2^22 (query, doc)
+# pairs so that the float64 estimate, bound and key arrays stay near 100 MB.
 _BOUND_BATCH = 32
+_BOUND_PAIRS = 1 << 22
 # Random unit vectors averaged for the fast variant's fixed rescaling factor.
 _FAST_SAMPLES = 100
 
@@ -344,7 +346,9 @@ class RaBitQQuantizer(Quantizer):
         return scoring.QueryCodes("planes", words, factors, qb), r_q, e_norm
 
     # -- estimates and bounds ---------------------------------------------------------------
-    def estimate(self, Q, enc: EncodedVectors, *, return_bounds: bool = False, eps0=None):
+    def estimate(
+        self, Q, enc: EncodedVectors, *, return_bounds: bool = False, eps0: float = DEFAULT_EPS0
+    ):
         """Unbiased raw estimates [nq, n]: squared L2 (euclidean) or inner product.
 
         Parameters
@@ -353,10 +357,11 @@ class RaBitQQuantizer(Quantizer):
         enc : EncodedVectors from :meth:`encode`
         return_bounds : bool
             Also return ``lower`` and ``upper`` = estimate ∓ half-width.
-        eps0 : float, optional
-            Confidence multiplier (default 1.9). The half-width is ``eps0 · σ`` with
-            ``σ = error · r_q`` (float query; twice that for squared L2), so ``eps0`` is a
-            z-score: 1.9 covers about 94% of pairs, 2.58 about 99%.
+        eps0 : float
+            Confidence multiplier (default 1.9; None means the default). The half-width is
+            ``eps0 · σ`` with ``σ = error · r_q`` (float query; twice that for squared L2),
+            so ``eps0`` is a z-score: 1.9 covers about 94% of pairs, 2.58 about 99%. With a
+            quantized query ``σ`` also holds the rounding term (see Notes of the class).
 
         Returns
         -------
@@ -475,8 +480,9 @@ class RaBitQQuantizer(Quantizer):
         is_l2 = self.similarity_.is_distance
         doc_codes = self._cached_doc_codes(codes)
         Qr = self.rotate(Q)
-        for q0 in range(0, nq, _BOUND_BATCH):
-            q1 = min(nq, q0 + _BOUND_BATCH)
+        batch = max(1, min(_BOUND_BATCH, _BOUND_PAIRS // n))
+        for q0 in range(0, nq, batch):
+            q1 = min(nq, q0 + batch)
             qc, r_q, e_norm = self.query_codes_rotated(Qr[q0:q1], self.centroid_)
             est = scoring.estimate_raw(qc, doc_codes)
             keys = -est if is_l2 else est
