@@ -226,23 +226,22 @@ def test_centroid_scoring_matches_reference(d, is_l2):
     assert np.isnan(out[sel < 0]).all()
 
 
-def test_parent_ranking_orders_like_dense():
-    """With parents, the ranked candidates are the dense ranking restricted to them."""
+@pytest.mark.parametrize("by_distance", [True, False])
+@pytest.mark.parametrize("is_l2", [False, True])
+def test_parent_ranking_equals_dense(is_l2, by_distance):
+    """The best-first walk over parents returns the dense ranking's best ``want`` lists."""
     from bbqlib.index.clustering import parent_level
 
-    rng = np.random.default_rng(3)
     C = blobs(600, 24, n_clusters=30, seed=4)
-    Qt = blobs(5, 24, n_clusters=30, seed=5)
-    table = S.centroid_table(C, False, parents=parent_level(C, seed=1))
+    Qt = blobs(40, 24, n_clusters=30, seed=5)
+    if is_l2:
+        Qt = Qt * 1.7  # not unit: the bound must use the query norm
+    table = S.centroid_table(C, is_l2, parents=parent_level(C, seed=1))
     assert table.has_parents
-    dense = S.rank_lists(Qt, table, False, 0, dense=True)
-    ranked = S.rank_lists(Qt, table, False, 64)
-    for q in range(5):
-        cand = ranked[q][ranked[q] >= 0]
-        assert cand.size >= 64 and np.unique(cand).size == cand.size
-        expect = [c for c in dense[q] if c in set(cand.tolist())]
-        np.testing.assert_array_equal(cand, expect)
-    del rng
+    dense = S.rank_lists(Qt, table, is_l2, 0, dense=True, by_distance=by_distance)
+    for want in (1, 10, 64):
+        ranked = S.rank_lists(Qt, table, is_l2, want, by_distance=by_distance)
+        np.testing.assert_array_equal(ranked, dense[:, :want])
 
 
 def test_plan_matches_reference():
@@ -301,7 +300,9 @@ def test_recall_rises_with_visit_percentage_and_reaches_flat(data, built):
     for vp in (1, 5, 20, 100):
         _, ids = built.search(Q, 10, visit_percentage=vp)
         recalls.append(recall(ids, gt, 10))
-    assert all(b >= a - 0.02 for a, b in zip(recalls, recalls[1:], strict=False))
+    # Non-decreasing up to quantization noise: once the neighbours' lists are visited, more
+    # lists only add 1-bit candidates that can displace one or two of 600 (0.03).
+    assert all(b >= a - 0.03 for a, b in zip(recalls, recalls[1:], strict=False))
     assert recalls[-1] > recalls[0] + 0.1
     flat = bbqlib.FlatIndex(bits=1, similarity="cosine")
     flat.add(X)
@@ -316,12 +317,49 @@ def test_recall_rises_with_visit_percentage_and_reaches_flat(data, built):
 def test_structure_and_soar(built, data):
     X, Q, _ = data
     assert built.ntotal == len(X) and built.n_lists > 50
-    assert built.list_sizes.sum() == 2 * len(X)  # every vector in exactly two lists
+    assign = np.asarray(built._assign)
+    K = built.n_lists
+    primaries = np.bincount(assign[:, 0], minlength=K)
+    spills = np.bincount(assign[assign[:, 1] >= 0, 1], minlength=K)
+    assert (assign[:, 1] != assign[:, 0]).all()
+    assert (spills <= primaries).all()  # the SOAR posting cap
+    assert spills.sum() > 0.8 * len(X)  # most vectors are still spilled
+    assert primaries.max() <= 2 * 64  # oversized lists were split at build time
+    assert built.list_sizes.tolist() == (primaries + spills).tolist()
+    # Every entry sits in its id's primary or SOAR list.
+    owner = np.repeat(np.arange(K), built.list_sizes)
     ids = np.asarray(built._ids)
-    assert np.bincount(ids, minlength=len(X)).tolist() == [2] * len(X)
+    assert ((assign[ids, 0] == owner) | (assign[ids, 1] == owner)).all()
     _, res = built.search(Q, 50, visit_percentage=100, rerank=False)
     for row in res:
         assert np.unique(row).size == row.size and (row >= 0).all()
+
+
+def test_spill_costs_and_cap(rng):
+    from bbqlib.index.ivf_build import cap_spills
+
+    X = rng.normal(size=(500, 17)).astype(np.float32)
+    C = rng.normal(size=(6, 17)).astype(np.float32)
+    primary = rng.integers(0, 6, 500)
+    secondary = (primary + rng.integers(1, 6, 500)) % 6
+    secondary[:20] = -1
+    cost = np.empty(500)
+    KI.spill_costs(X, C, primary, secondary, 1.0, cost)
+    x = X.astype(np.float64)
+    r = x - C[primary]
+    e = x - C[secondary]
+    ref = (e * e).sum(1) + (r * e).sum(1) ** 2 / (r * r).sum(1)
+    np.testing.assert_allclose(cost[20:], ref[20:], rtol=1e-12)
+    assert np.isinf(cost[:20]).all()
+    room = np.array([0, 5, 1000, 30, 2, 40])
+    out = cap_spills(X, C, primary, secondary, room)
+    kept = np.bincount(out[out >= 0], minlength=6)
+    wanted = np.bincount(secondary[secondary >= 0], minlength=6)
+    np.testing.assert_array_equal(kept, np.minimum(wanted, room))
+    for j in range(6):  # the kept spills of a list are its cheapest
+        mine = secondary == j
+        if kept[j] and kept[j] < wanted[j]:
+            assert cost[mine & (out == j)].max() <= cost[mine & (out != j)].min()
 
 
 def test_results_padded_and_scores_mapped(built, data):
@@ -407,7 +445,8 @@ def test_add_after_build_and_recluster(data, built):
     assert index.ntotal == len(X)
     assert index.n_lists > k0  # lists grew past 2 x 64 and were split
     assert index._primary_counts().max() <= 2 * 64
-    assert index.list_sizes.sum() == 2 * len(X)
+    spilled = int((np.asarray(index._assign)[:, 1] >= 0).sum())
+    assert index.list_sizes.sum() == len(X) + spilled
     _, ids = index.search(X[4000:4010], 1, visit_percentage=10)
     assert ids[:, 0].tolist() == list(range(4000, 4010))
     # As good as clustering everything at once (1-bit codes at d = 48 cap both near 0.71;

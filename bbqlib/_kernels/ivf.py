@@ -39,6 +39,8 @@ __all__ = [
     "ivf_scan_bytes",
     "score_selected_bytes",
     "quantize_pairs",
+    "rank_children",
+    "spill_costs",
 ]
 
 
@@ -258,3 +260,80 @@ def quantize_pairs(X, C, rows, cols, bits, iters, lam, euclidean, planes, codes_
         factors_out[p, 1] = (np.float64(hi) - lo) / levels
         factors_out[p, 2] = ksum
         factors_out[p, 3] = np.float32(norm2) if euclidean else np.float32(cdot)
+
+
+@parallel_kernel
+def rank_children(
+    qb,
+    qf,
+    codes,
+    factors,
+    cc,
+    porder,
+    pbound,
+    child_order,
+    child_offsets,
+    dim,
+    gg,
+    is_l2,
+    to_distance,
+    out_keys,
+    out_ids,
+):
+    """Best-first expansion of parents: the best ``H`` lists per query by 7-bit estimate.
+
+    Parents are visited in ``porder[q]`` order (``pbound[q]`` descending: an upper bound on
+    the key of any of the parent's children); a parent's children (byte codes ``codes``) are
+    scored and offered to the bounded heap ``out_keys[q]`` / ``out_ids[q]`` (preset to
+    ``-inf`` / ``EMPTY_ID``), and the walk stops once the heap is full and the next parent's
+    bound cannot beat its worst entry. Child keys are the raw estimate (``-d²`` for
+    euclidean, else the inner product), or ``2 <q, c> - ||c||²`` (``to_distance``: minus the
+    squared distance up to the query's own norm).
+    """
+    nq = porder.shape[0]
+    n_parents = porder.shape[1]
+    for q in prange(nq):
+        dots = np.empty(1, dtype=np.int64)
+        key = np.empty(1, dtype=np.float64)
+        keys = out_keys[q]
+        ids = out_ids[q]
+        for r in range(n_parents):
+            if keys[0] > -np.inf and pbound[q, r] < keys[0]:
+                break
+            p = porder[q, r]
+            for t in range(child_offsets[p], child_offsets[p + 1]):
+                c = child_order[t]
+                dots[0] = byte_dot(qb[q], codes[c])
+                _block_keys(dots, 1, c, factors, qf[q], dim, gg, is_l2, key)
+                value = key[0]
+                if to_distance:
+                    value = 2.0 * value - cc[c]
+                _offer(keys, ids, value, np.int64(c))
+
+
+@parallel_kernel
+def spill_costs(X, C, primary, secondary, lam, out):
+    """SOAR loss of each row's spill: ``||x - c2||² + lam <r, x - c2>² / ||r||²``.
+
+    ``r = x - c1`` with ``c1 = C[primary[i]]``, ``c2 = C[secondary[i]]`` (float64 sums);
+    ``||x - c2||²`` alone when ``||r||² <= 1e-16`` (spec §6.3). Rows without a spill
+    (``secondary < 0``) get ``inf``.
+    """
+    d = X.shape[1]
+    for i in prange(X.shape[0]):
+        c2 = secondary[i]
+        if c2 < 0:
+            out[i] = np.inf
+            continue
+        c1 = primary[i]
+        rr = 0.0
+        re = 0.0
+        ee = 0.0
+        for t in range(d):
+            x = np.float64(X[i, t])
+            r = x - C[c1, t]
+            e = x - C[c2, t]
+            rr += r * r
+            re += r * e
+            ee += e * e
+        out[i] = ee + lam * re * re / rr if rr > 1e-16 else ee

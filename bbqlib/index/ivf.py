@@ -23,7 +23,7 @@ from .._validation import NotFittedError, check_k, check_vectors, prepare_for_si
 from ..encoding import Encoding, encoding_from_wire, get_encoding
 from ..io.container import CorruptFileError
 from ..scoring import rerank_exact
-from ..similarity import resolve_similarity
+from ..similarity import Similarity, resolve_similarity
 from . import ivf_build as B
 from . import ivf_search as S
 from . import ivf_storage as ST
@@ -309,8 +309,14 @@ class IVFIndex:
             segments = [ST.Segment(stored)] if self.store_vectors else []
         try:
             C, primary = hierarchical_kmeans(W, self.cluster_size, seed=self.seed, progress=show)
+            # The refinement can leave lists far above the target: same rule as for adds.
+            C, primary, _ = B.split_oversized(
+                W, C, primary, SPLIT_FACTOR * self.cluster_size, self.cluster_size, self.seed
+            )
             if self.soar and C.shape[0] > 1:
                 secondary = soar_assign(W, C, primary)
+                room = np.bincount(primary, minlength=C.shape[0])  # spills <= primaries
+                secondary = B.cap_spills(W, C, primary, secondary, room)
             else:
                 secondary = np.full(n, -1, dtype=np.int32)
             self._ntotal = n
@@ -345,7 +351,7 @@ class IVFIndex:
                 self._C, centroids_per_parent=S.CENTROIDS_PER_PARENT, seed=self.seed
             )
         self._table = S.centroid_table(self._C, self._similarity.is_distance, parents=parents)
-        self._list_cc = np.einsum("ij,ij->i", self._C.astype(np.float64), self._C)
+        self._list_cc = self._table.cc
 
     def _set_deleted(self, deleted: np.ndarray) -> None:
         self._deleted = deleted
@@ -378,6 +384,10 @@ class IVFIndex:
         primary = nearest_centroid(W, self._C)
         if self.soar and self._C.shape[0] > 1:
             secondary = soar_assign(W, self._C, primary)
+            before = self._primary_counts()
+            after = before + np.bincount(primary, minlength=self._C.shape[0])
+            room = np.maximum(after - (self.list_sizes - before), 0)
+            secondary = B.cap_spills(W, self._C, primary, secondary, room)
         else:
             secondary = np.full(n, -1, dtype=np.int32)
         ids = np.arange(n0, n0 + n, dtype=np.int64)
@@ -411,34 +421,45 @@ class IVFIndex:
 
     def _split_large_lists(self) -> None:
         """Re-cluster every list whose primary vectors exceed ``2 · cluster_size``."""
-        from .clustering import hierarchical_kmeans, soar_assign
+        from .clustering import soar_assign
 
         if not self.store_vectors:
             return  # nothing to re-cluster from; lists keep growing (documented)
-        big = np.flatnonzero(self._primary_counts() > SPLIT_FACTOR * self.cluster_size)
-        if big.size == 0:
+        counts = self._primary_counts()
+        limit = SPLIT_FACTOR * self.cluster_size
+        if counts.max() <= limit:
             return
         assign = np.array(self._assign)
-        C = self._C.copy()
+        big = np.flatnonzero(counts > limit)
+        members = np.flatnonzero(np.isin(assign[:, 0], big))
+        Wm = self._transformed(self._vectors_rows(members))
+        local = np.searchsorted(big, assign[members, 0])  # list j -> row of a small table
+        C_local, sub, _ = B.split_oversized(
+            Wm, self._C[big], local, limit, self.cluster_size, self.seed
+        )
+        if C_local.shape[0] == big.size:
+            return  # nothing could be split
+        slots = np.concatenate(
+            [big, np.arange(self._C.shape[0], self._C.shape[0] + C_local.shape[0] - big.size)]
+        )
+        C = np.concatenate([self._C, C_local[big.size :]])
+        C[big] = C_local[: big.size]
+        assign[members, 0] = slots[sub]
         affected = np.zeros(self._ntotal, dtype=bool)
-        for j in big:  # one k-means per oversized list: a handful per add at most
-            members = np.flatnonzero(assign[:, 0] == j)
-            Xm = self._transformed(self._vectors_rows(members))
-            Cs, sub = hierarchical_kmeans(Xm, self.cluster_size, seed=self.seed)
-            if Cs.shape[0] == 1:
-                continue
-            slots = np.concatenate([[j], np.arange(C.shape[0], C.shape[0] + Cs.shape[0] - 1)])
-            C[j] = Cs[0]
-            C = np.concatenate([C, Cs[1:]])
-            assign[members, 0] = slots[sub]
-            affected[members] = True
-            affected[assign[:, 1] == j] = True
-        if not affected.any():
-            return
+        affected[members] = True
+        affected[np.isin(assign[:, 1], big)] = True  # their spill list moved or split
         rows = np.flatnonzero(affected)
         W = self._transformed(self._vectors_rows(rows))
         primary = assign[rows, 0]
-        secondary = soar_assign(W, C, primary) if self.soar else np.full(rows.size, -1, np.int32)
+        if self.soar:
+            secondary = soar_assign(W, C, primary)
+            kept = assign[~affected, 1]
+            room = np.bincount(assign[:, 0], minlength=C.shape[0]) - np.bincount(
+                kept[kept >= 0], minlength=C.shape[0]
+            )
+            secondary = B.cap_spills(W, C, primary, secondary, np.maximum(room, 0))
+        else:
+            secondary = np.full(rows.size, -1, np.int32)
         assign[rows, 1] = secondary
         self._set_centroids(C)
         new = B.encode_postings(
@@ -559,14 +580,12 @@ class IVFIndex:
                 # oversampling" of about centroids-per-parent / 2).
                 n_parents = self._table.parent_codes.shape[0]
                 want = max(want, math.ceil(ratio * K / (2 * n_parents) * K))
-            ranked = S.rank_lists(Qt, self._table, self._similarity.is_distance, want)
+            ranked = self._rank(Qt, want)
             plan = S.plan_visits(ranked, sizes, need)
             if not plan[3].all() and ranked.shape[1] < K:
                 ranked = _pad_cols(ranked, K)
                 redo = ~plan[3]
-                ranked[redo] = S.rank_lists(
-                    Qt[redo], self._table, self._similarity.is_distance, K, dense=True
-                )
+                ranked[redo] = self._rank(Qt[redo], K, dense=True)
                 plan = S.plan_visits(ranked, sizes, need)
         else:
             if filter is None:  # tombstones only: per-list live counts change on delete/add
@@ -577,7 +596,7 @@ class IVFIndex:
                 allowed_sizes = self._allowed_per_list(allowed)
             n_allowed = int(allowed_sizes.sum())
             need_allowed = max(heap, need * n_allowed / max(1, self._ids.shape[0]))
-            ranked = S.rank_lists(Qt, self._table, self._similarity.is_distance, 0, dense=True)
+            ranked = self._rank(Qt, 0, dense=True)
             plan = S.plan_visits(ranked, sizes, need, allowed_sizes, need_allowed)
         pair_list, pair_query, pair_start, _ = plan
         self._check_lists(pair_list)
@@ -595,6 +614,17 @@ class IVFIndex:
         else:
             raw = -keys if self._similarity.is_distance else keys
         return finish(raw, ids, k, self._similarity)
+
+    def _rank(self, Qt: np.ndarray, want: int, *, dense: bool = False) -> np.ndarray:
+        """Lists by centroid distance (inner product for max_inner_product)."""
+        return S.rank_lists(
+            Qt,
+            self._table,
+            self._similarity.is_distance,
+            want,
+            dense=dense,
+            by_distance=self._similarity is not Similarity.MAX_INNER_PRODUCT,
+        )
 
     def _allowed(self, filter) -> np.ndarray | None:
         """uint8 mask over ids (filter and not deleted), or None when everything is allowed."""
@@ -778,6 +808,8 @@ class IVFIndex:
             arrays.update(
                 parent_codes=t.parent_codes,
                 parent_factors=t.parent_factors,
+                parent_cc=t.parent_cc,
+                parent_radius=t.parent_radius,
                 child_order=t.child_order,
                 child_offsets=t.child_offsets,
             )
@@ -863,6 +895,8 @@ class IVFIndex:
             parents = dict(
                 parent_codes=h["parent_codes"],
                 parent_factors=h["parent_factors"],
+                parent_cc=h["parent_cc"],
+                parent_radius=h["parent_radius"],
                 child_order=h["child_order"],
                 child_offsets=h["child_offsets"],
             )
@@ -872,6 +906,7 @@ class IVFIndex:
             float(np.dot(g.astype(np.float64), g)),
             h["centroid_codes"],
             h["centroid_factors"],
+            self._list_cc,
             **parents,
         )
         n_entries = int(meta["n_entries"])

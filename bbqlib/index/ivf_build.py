@@ -15,11 +15,20 @@ from pathlib import Path
 
 import numpy as np
 
+from .._kernels import ivf as KI
 from ..encoding import Encoding
 from ..quantizers.osq import DEFAULT_ITERS
 from . import ivf_search as S
 
-__all__ = ["BUILD_BATCH", "progress_bar", "work_file", "encode_postings", "merge_postings"]
+__all__ = [
+    "BUILD_BATCH",
+    "progress_bar",
+    "work_file",
+    "encode_postings",
+    "merge_postings",
+    "cap_spills",
+    "split_oversized",
+]
 
 #: Rows per streamed block at build time (65,536 x 384 float32 = 96 MiB).
 BUILD_BATCH = 65_536
@@ -118,3 +127,69 @@ def merge_postings(old, keep: np.ndarray, new, n_lists: int):
     start = np.zeros(n_lists + 1, dtype=np.int64)
     np.cumsum(np.bincount(labels, minlength=n_lists), out=start[1:])
     return codes, factors, ids[order].astype(np.int32), start
+
+
+def cap_spills(W, C, primary, secondary, room, *, lam: float = 1.0) -> np.ndarray:
+    """Drop the weakest SOAR spills of lists that would receive more than ``room[j]``.
+
+    Each list ``j`` keeps at most ``room[j]`` spilled entries, those with the lowest SOAR
+    loss; the other vectors keep only their primary entry (``secondary = -1``). On data
+    with "hub" centroids (near many vectors, e.g. small-norm means of unit vectors) plain
+    SOAR sends a large share of all spills to a few lists, which then dominate every visit
+    budget; a posting cap in the manner of SPANN (an Elasticsearch variant does the same,
+    spec §6.3) bounds them. ``W`` is read in blocks. Returns a new ``secondary``.
+    """
+    rows = np.flatnonzero(secondary >= 0)
+    if rows.size == 0:
+        return secondary
+    K = C.shape[0]
+    lab = secondary[rows].astype(np.int64)
+    counts = np.bincount(lab, minlength=K)
+    if np.all(counts <= room):
+        return secondary
+    cost = np.empty(W.shape[0], dtype=np.float64)
+    for r0 in range(0, W.shape[0], BUILD_BATCH):
+        r1 = min(W.shape[0], r0 + BUILD_BATCH)
+        Wb = np.ascontiguousarray(W[r0:r1], dtype=np.float32)
+        KI.spill_costs(
+            Wb,
+            C,
+            np.ascontiguousarray(primary[r0:r1], dtype=np.int64),
+            np.ascontiguousarray(secondary[r0:r1], dtype=np.int64),
+            float(lam),
+            cost[r0:r1],
+        )
+    order = np.lexsort((rows, cost[rows], lab))  # by list, then loss, then id
+    starts = np.zeros(K + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
+    rank = np.empty(rows.size, dtype=np.int64)
+    rank[order] = np.arange(rows.size) - starts[lab[order]]
+    out = secondary.copy()
+    out[rows[rank >= room[lab]]] = -1
+    return out
+
+
+def split_oversized(W, C, primary, limit: int, target: int, seed: int):
+    """Re-cluster every list with more than ``limit`` primary vectors.
+
+    The list's members (rows of ``W``, gathered one list at a time) are clustered with
+    :func:`~bbqlib.index.clustering.hierarchical_kmeans` at ``target``; the first new
+    centroid takes the list's slot, the others are appended. Returns ``(C, primary,
+    changed)`` with ``changed`` the list ids whose centroid moved or is new.
+    """
+    from .clustering import hierarchical_kmeans
+
+    primary = np.array(primary, dtype=np.int32)
+    big = np.flatnonzero(np.bincount(primary, minlength=C.shape[0]) > limit)
+    changed = []
+    for j in big:  # one k-means per oversized list (a handful at most)
+        members = np.flatnonzero(primary == j)
+        Cs, sub = hierarchical_kmeans(np.asarray(W[members], dtype=np.float32), target, seed=seed)
+        if Cs.shape[0] == 1:
+            continue  # identical vectors: cannot split
+        slots = np.concatenate([[j], np.arange(C.shape[0], C.shape[0] + Cs.shape[0] - 1)])
+        C = np.concatenate([C, Cs[1:]])
+        C[j] = Cs[0]
+        primary[members] = slots[sub]
+        changed.extend(slots.tolist())
+    return C, primary, np.asarray(changed, dtype=np.int64)

@@ -48,16 +48,21 @@ class CentroidTable:
     """Centroid codes for ranking lists (and parents, when present).
 
     ``codes`` uint8 [K, d] and ``factors`` float32 [K, 4] (``a, l, Σk, add``) are 7-bit OSQ
-    against ``g``; ``gg = <g, g>``. With parents: ``parent_codes`` / ``parent_factors``
-    likewise, and list ids grouped by parent in ``child_order`` with ``child_offsets``.
+    against ``g``; ``gg = <g, g>``; ``cc`` float64 [K] the exact ``||c||²``. With parents:
+    ``parent_codes`` / ``parent_factors`` likewise, ``parent_cc`` their ``||p||²``,
+    ``parent_radius`` the largest ``||c - p||`` over each parent's children, and list ids
+    grouped by parent in ``child_order`` with ``child_offsets``.
     """
 
     g: np.ndarray
     gg: float
     codes: np.ndarray
     factors: np.ndarray
+    cc: np.ndarray
     parent_codes: np.ndarray | None = None
     parent_factors: np.ndarray | None = None
+    parent_cc: np.ndarray | None = None
+    parent_radius: np.ndarray | None = None
     child_order: np.ndarray | None = None
     child_offsets: np.ndarray | None = None
 
@@ -80,24 +85,30 @@ def _code_against(X: np.ndarray, g: np.ndarray, is_l2: bool, iters: int = DEFAUL
     return res.codes, _osq_factors(res, CENTROID_BITS, np.float32)
 
 
+def _sqnorms(X: np.ndarray) -> np.ndarray:
+    X64 = X.astype(np.float64)
+    return np.einsum("ij,ij->i", X64, X64)
+
+
 def centroid_table(centroids: np.ndarray, is_l2: bool, *, parents=None) -> CentroidTable:
     """7-bit codes of the centroids against their mean ``g`` (and of ``parents``, a
     :class:`~bbqlib.index.clustering.ParentLevel` or None)."""
     g = centroids.mean(axis=0, dtype=np.float64).astype(np.float32)
     codes, factors = _code_against(centroids, g, is_l2)
     gg = float(np.dot(g.astype(np.float64), g))
+    cc = _sqnorms(centroids)
     if parents is None:
-        return CentroidTable(g, gg, codes, factors)
-    pcodes, pfactors = _code_against(np.ascontiguousarray(parents.centroids), g, is_l2)
+        return CentroidTable(g, gg, codes, factors, cc)
+    P = np.ascontiguousarray(parents.centroids, dtype=np.float32)
+    pcodes, pfactors = _code_against(P, g, is_l2)
+    order = np.ascontiguousarray(parents.child_order, dtype=np.int32)
+    offsets = np.ascontiguousarray(parents.offsets, dtype=np.int64)
+    owner = np.repeat(np.arange(P.shape[0]), np.diff(offsets))
+    dist = np.sqrt(_sqnorms(centroids[order] - P[owner]))
+    radius = np.zeros(P.shape[0])
+    np.maximum.at(radius, owner, dist)
     return CentroidTable(
-        g,
-        gg,
-        codes,
-        factors,
-        pcodes,
-        pfactors,
-        np.ascontiguousarray(parents.child_order, dtype=np.int32),
-        np.ascontiguousarray(parents.offsets, dtype=np.int64),
+        g, gg, codes, factors, cc, pcodes, pfactors, _sqnorms(P), radius, order, offsets
     )
 
 
@@ -113,44 +124,73 @@ def _dense_keys(qb, qf, codes, factors, gg, is_l2) -> np.ndarray:
 
 
 def rank_lists(
-    Qt: np.ndarray, table: CentroidTable, is_l2: bool, want: int, *, dense: bool = False
+    Qt: np.ndarray,
+    table: CentroidTable,
+    is_l2: bool,
+    want: int,
+    *,
+    dense: bool = False,
+    by_distance: bool = True,
 ) -> np.ndarray:
     """Candidate lists per query, best first: int32 [nq, M] (``-1`` pads short rows).
 
-    Without parents (or with ``dense``) every list is ranked. With parents the parents are
-    ranked first and the children of the best parents, at least ``want`` lists, are scored
-    and ranked (spec §6.7 step 3: a bounded candidate buffer instead of all centroids).
+    Lists are ranked by the estimated squared distance of the query to their centroid
+    (``by_distance``; the lists are Voronoi cells of squared-L2 k-means, so the cell holding
+    the query comes first), or by the estimated inner product (``max_inner_product``). With
+    an inner-product similarity the distance is ``||q||² + ||c||² - 2<q, c>`` from the 7-bit
+    inner-product estimate and the exact ``||c||²``.
+
+    Without parents (or with ``dense``) every list is ranked. With parents (spec §6.7 step
+    3) the best ``want`` lists come from a best-first walk over parents ranked by a bound on
+    their children's distance, ``max(0, ||q - p|| - r_p)`` (``<q, p> + ||q|| r_p`` for inner
+    products; ``r_p`` the parent's radius), stopping when no further parent can place a
+    child among the ``want`` best: the same lists as the dense ranking, for a fraction of
+    the centroid scoring.
     """
+    by_distance = by_distance or is_l2  # euclidean keys are distances already
     qb, qf = _query_codes_g(Qt, table, is_l2)
     K = table.codes.shape[0]
+    qq = _sqnorms(Qt)[:, None]
     if dense or not table.has_parents or want >= K:
         keys = _dense_keys(qb, qf, table.codes, table.factors, table.gg, is_l2)
+        if by_distance and not is_l2:
+            keys = 2.0 * keys - table.cc[None, :]  # -||q - c||² + ||q||²
         return _best_first(keys, K if dense else want)
     nq = Qt.shape[0]
     pkeys = _dense_keys(qb, qf, table.parent_codes, table.parent_factors, table.gg, is_l2)
-    porder = np.argsort(-pkeys, axis=1, kind="stable")
-    counts = np.diff(table.child_offsets)[porder]  # children of each ranked parent
-    cum = np.cumsum(counts, axis=1)
-    take = np.minimum((cum < want).sum(axis=1) + 1, porder.shape[1])  # parents per query
-    chosen = np.arange(porder.shape[1])[None, :] < take[:, None]
-    width = int(cum[np.arange(nq), take - 1].max())
-    # Scatter the chosen parents' children into a padded [nq, width] table.
-    q_of = np.repeat(np.arange(nq), take)
-    parents = porder[chosen]
-    lens = counts[chosen]
-    col0 = (cum - counts)[chosen]
-    rep = np.repeat(np.arange(parents.size), lens)
-    within = np.arange(rep.size) - np.repeat(np.cumsum(lens) - lens, lens)
-    sel = np.full((nq, width), -1, dtype=np.int32)
-    children = table.child_order[table.child_offsets[parents][rep] + within]
-    sel[q_of[rep], col0[rep] + within] = children
-    keys = np.empty((nq, width), dtype=np.float64)
-    KI.score_selected_bytes(
-        qb, qf, table.codes, table.factors, sel, qb.shape[1], table.gg, is_l2, keys
+    radius = table.parent_radius[None, :]
+    if by_distance:
+        # ||q - c|| >= ||q - p|| - r_p: a bound on the child key ||q||² - ||q - c||².
+        d2 = -pkeys if is_l2 else qq + table.parent_cc[None, :] - 2.0 * pkeys
+        gap = np.maximum(np.sqrt(np.maximum(d2, 0.0)) - radius, 0.0)
+        bound = -(gap * gap) if is_l2 else qq - gap * gap
+    else:
+        bound = pkeys + np.sqrt(qq) * radius  # <q, c> <= <q, p> + ||q|| r_p
+    porder = np.argsort(-bound, axis=1, kind="stable")
+    pbound = np.take_along_axis(bound, porder, axis=1)
+    keys = np.full((nq, want), -np.inf)
+    ids = np.full((nq, want), KS.EMPTY_ID, dtype=np.int64)
+    KI.rank_children(
+        qb,
+        qf,
+        table.codes,
+        table.factors,
+        table.cc,
+        porder,
+        pbound,
+        table.child_order,
+        table.child_offsets,
+        qb.shape[1],
+        table.gg,
+        is_l2,
+        bool(by_distance and not is_l2),
+        keys,
+        ids,
     )
-    keys[sel < 0] = -np.inf
-    order = np.lexsort((sel, -keys), axis=-1)  # best first, lower list id among ties
-    return np.take_along_axis(sel, order, axis=1)
+    order = np.lexsort((ids, -keys), axis=-1)  # best first, lower list id among ties
+    ids = np.take_along_axis(ids, order, axis=1)
+    ids[ids == KS.EMPTY_ID] = -1
+    return ids.astype(np.int32)
 
 
 def _best_first(keys: np.ndarray, want: int) -> np.ndarray:
