@@ -9,12 +9,13 @@ IndexRefineFlat x3 read with ``IO_FLAG_MMAP_IFC``; hnswlib M=16 efC=200):
 
 1. build (timed; bbqlib streams the base from a memory-mapped ``.npy``), save, bytes on disk;
 2. pick the search setting reaching recall@10 >= 0.90 (uncapped, in this process);
-3. for each cap in idle + {2048, 1024, 512, 256, 128} MB: drop the page cache
+3. for each cap in {2048, 1024, 512, 256, 128} MB: drop the page cache
    (``sync; echo 3 > /proc/sys/vm/drop_caches``), start a fresh serving process that imports
-   the library and opens the index, read its idle RSS, move it into a new memory cgroup
-   (``/sys/fs/cgroup/memory/<name>``, charges moved along, ``memory.limit_in_bytes`` = idle
-   RSS + cap), then time 500 single-query searches: median and p99 latency, recall, peak
-   cgroup usage, and whether the kernel killed it (OOM).
+   the library, read its RSS, move it into a new memory cgroup (``/sys/fs/cgroup/memory/
+   <name>``, charges moved along, ``memory.limit_in_bytes`` = that RSS + cap), then let it
+   open the index inside the cap (idle RSS after open is reported) and time 500
+   single-query searches: median and p99 latency, recall, peak cgroup usage, and whether
+   the kernel killed it (OOM).
 
 Needs root (cgroup and drop_caches). Run from the repository root::
 
@@ -26,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -55,23 +55,31 @@ def _rss_bytes() -> int:
 
 
 def serve(args) -> int:
-    """Child: import, open, report idle RSS, wait for 'go', time single-query searches."""
-    import numba
-
-    numba.set_num_threads(1)
+    """Child: import, report RSS, wait for 'go' (now inside its cgroup), open, time searches."""
     queries = np.load(args.queries)
     if args.serve == "bbqlib":
+        import numba
+
         import bbqlib
 
+        numba.set_num_threads(1)
+    elif args.serve == "faiss":
+        import faiss
+
+        faiss.omp_set_num_threads(1)
+    else:
+        import hnswlib
+    print(json.dumps({"import_rss": _rss_bytes()}), flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return 1
+    t0 = time.perf_counter()
+    if args.serve == "bbqlib":
         index = bbqlib.IVFIndex.open(args.index)
 
         def search(q):
             return index.search(q, 10, visit_percentage=float(args.param))[1]
 
     elif args.serve == "faiss":
-        import faiss
-
-        faiss.omp_set_num_threads(1)
         index = faiss.read_index(args.index, faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY)
         faiss.ParameterSpace().set_index_parameter(index, "nprobe", int(args.param))
         index.k_factor = 3.0  # the refine depth of the build (not relied on from the file)
@@ -80,8 +88,6 @@ def serve(args) -> int:
             return index.search(q, 10)[1]
 
     else:
-        import hnswlib
-
         index = hnswlib.Index(space="ip", dim=queries.shape[1])
         index.load_index(args.index)
         index.set_ef(int(args.param))
@@ -91,10 +97,9 @@ def serve(args) -> int:
 
     warm = np.random.default_rng(1).standard_normal((1, queries.shape[1])).astype(np.float32)
     warm /= np.linalg.norm(warm)
-    search(warm)  # kernels loaded / compiled; touches one query's worth of data
-    print(json.dumps({"idle_rss": _rss_bytes()}), flush=True)
-    if sys.stdin.readline().strip() != "go":
-        return 1
+    search(warm)  # kernels loaded; touches one query's worth of data
+    open_s = time.perf_counter() - t0
+    print(json.dumps({"idle_rss": _rss_bytes(), "open_s": open_s}), flush=True)
     lat = []
     ids = np.empty((len(queries), 10), dtype=np.int64)
     for i in range(len(queries)):
@@ -102,16 +107,7 @@ def serve(args) -> int:
         ids[i] = search(queries[i : i + 1])[0]
         lat.append(time.perf_counter() - t0)
     np.save(args.result, ids)
-    print(
-        json.dumps(
-            {
-                "latencies": lat,
-                "rss": _rss_bytes(),
-                "maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            }
-        ),
-        flush=True,
-    )
+    print(json.dumps({"latencies": lat, "rss": _rss_bytes()}), flush=True)
     return 0
 
 
@@ -132,7 +128,7 @@ def _cg_read(cg: Path, name: str) -> str:
 
 
 def run_capped(lib, index_path, param, queries_path, cap_mb, gt, workdir) -> dict:
-    """One serving process under a cap: idle RSS, latencies, recall, OOM."""
+    """One serving process in a cgroup capped at (RSS after imports) + cap, then open+search."""
     drop_caches()
     result = Path(workdir) / f"ids-{lib}-{cap_mb}.npy"
     result.unlink(missing_ok=True)
@@ -156,28 +152,30 @@ def run_capped(lib, index_path, param, queries_path, cap_mb, gt, workdir) -> dic
     try:
         line = child.stdout.readline()
         if not line:
-            out["status"] = "failed to open"
+            out["status"] = "failed to start"
             return out
-        idle = json.loads(line)["idle_rss"]
-        out["idle_rss_mb"] = idle / MB
+        base = json.loads(line)["import_rss"]
+        out["import_rss_mb"] = base / MB
         cg.mkdir()
         _cg_write(cg, "memory.move_charge_at_immigrate", 3)  # its pages come along
         _cg_write(cg, "cgroup.procs", child.pid)
-        limit = idle + cap_mb * MB
-        try:
-            _cg_write(cg, "memory.limit_in_bytes", limit)
-        except OSError as err:  # cannot shrink below what it holds already
-            out["status"] = f"limit refused ({err.strerror})"
-            child.kill()
-            return out
+        limit = base + cap_mb * MB
+        _cg_write(cg, "memory.limit_in_bytes", limit)
         out["limit_mb"] = limit / MB
         child.stdin.write("go\n")
         child.stdin.flush()
         line = child.stdout.readline()
+        if not line:
+            child.wait()
+            out["status"] = "killed while opening (OOM)" if _oom(cg) else "died while opening"
+            return out
+        opened = json.loads(line)
+        out["idle_rss_mb"] = opened["idle_rss"] / MB
+        out["open_s"] = opened["open_s"]
+        line = child.stdout.readline()
         child.wait()
         if not line:
-            oom = _cg_read(cg, "memory.oom_control")
-            out["status"] = "killed (OOM)" if "oom_kill 0" not in oom else "died"
+            out["status"] = "killed while searching (OOM)" if _oom(cg) else "died"
             return out
         res = json.loads(line)
         lat = np.array(res["latencies"]) * 1000
@@ -201,6 +199,13 @@ def run_capped(lib, index_path, param, queries_path, cap_mb, gt, workdir) -> dic
                     break
                 except OSError:
                     time.sleep(0.1)
+
+
+def _oom(cg: Path) -> bool:
+    try:
+        return "oom_kill 0" not in _cg_read(cg, "memory.oom_control")
+    except OSError:
+        return False
 
 
 def _recall(ids, gt) -> float:
@@ -351,10 +356,31 @@ def main(argv=None) -> int:
             del peer
         del X
     for lib in libs:
+        lib_runs = []
         for cap in caps:
             r = run_capped(lib, builds[lib]["path"], settings[lib], q_path, cap, gt, workdir)
             print(json.dumps(r), flush=True)
-            runs.append(r)
+            lib_runs.append(r)
+        # One file per library, so libraries can be (re)run separately and reported together.
+        record = {**builds[lib], "path": str(builds[lib]["path"])}
+        (workdir / f"results-{lib}-{args.n}.json").write_text(
+            json.dumps(
+                {
+                    "build": record,
+                    "setting": settings[lib],
+                    "sweep": sweeps[lib],
+                    "runs": lib_runs,
+                    "threads": args.build_threads,
+                }
+            )
+        )
+    for f in sorted(workdir.glob(f"results-*-{args.n}.json")):
+        lib = f.name.split("-")[1]
+        saved = json.loads(f.read_text())
+        builds[lib] = saved["build"]
+        settings[lib] = saved["setting"]
+        sweeps[lib] = saved["sweep"]
+        runs.extend(saved["runs"])
     write_report(args, builds, settings, sweeps, runs)
     return 0
 
@@ -363,6 +389,7 @@ def write_report(args, builds, settings, sweeps, runs) -> None:
     import _common
 
     n = args.n
+    order = {"bbqlib": 0, "faiss": 1, "hnswlib": 2}
     build_rows = [
         {
             "lib": lib,
@@ -372,7 +399,7 @@ def write_report(args, builds, settings, sweeps, runs) -> None:
             "setting": settings.get(lib),
             "detail": b["detail"],
         }
-        for lib, b in builds.items()
+        for lib, b in sorted(builds.items(), key=lambda kv: order.get(kv[0], 9))
     ]
     t1 = _common.markdown_table(
         build_rows,
@@ -386,11 +413,12 @@ def write_report(args, builds, settings, sweeps, runs) -> None:
         ],
     )
     run_rows = []
-    for r in runs:
+    for r in sorted(runs, key=lambda r: (order.get(r["lib"], 9), -r["cap_mb"])):
         run_rows.append(
             {
                 "lib": r["lib"],
-                "cap": f"idle + {r['cap_mb']} MB",
+                "cap": f"imports + {r['cap_mb']} MB",
+                "base": r.get("import_rss_mb"),
                 "idle": r.get("idle_rss_mb"),
                 "status": r.get("status"),
                 "median": r.get("median_ms"),
@@ -419,11 +447,14 @@ def write_report(args, builds, settings, sweeps, runs) -> None:
     notes = [
         f"Data: benchmarks/_synthetic.make_clustered({n} + 500, 384, 1000, seed=0); base = "
         f"first {n} rows, queries = last 500; ground truth exact top-10 inner product.",
-        "Each capped run: page cache dropped, fresh process (imports + open + one warm-up "
-        "query on a random vector), idle RSS read, process moved into a new cgroup v1 memory "
-        "group with its charges (move_charge_at_immigrate = 3), limit = idle RSS + cap, then "
-        f"{N_QUERIES} single-query searches, single thread. No swap on this machine, so only "
-        "page cache can be reclaimed.",
+        "Each capped run: page cache dropped; a fresh process imports its library (bbqlib "
+        "also numba), its RSS is read, it is moved into a new cgroup v1 memory group with its "
+        "charges (move_charge_at_immigrate = 3) and the limit is set to that RSS + the cap; "
+        "then, inside the cap, it opens the index, runs one warm-up query on a random vector "
+        "(idle RSS after open is read here), and times "
+        f"{N_QUERIES} single-query searches, single thread. The caps are thus what the index "
+        "may use beyond the bare process: an index that must be loaded into RAM cannot open "
+        "under small caps. No swap on this machine, so only page cache can be reclaimed.",
         "bbqlib serves codes, corrections and float vectors memory-mapped (only centroids in "
         "RAM); faiss is read with IO_FLAG_MMAP_IFC (its refine vectors memory-mapped, IVF "
         "lists in RAM); hnswlib loads the whole graph and vectors into RAM.",

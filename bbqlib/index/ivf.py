@@ -111,6 +111,21 @@ class IVFIndex:
     in centroid order until ``2 · p / 100 · N`` entries were seen (the factor 2 pays for SOAR
     copies); ``None`` uses ``p / 100 = round(log10(N)² · k') / N`` with ``k'`` the rerank depth.
 
+    Where bbqlib departs from Elasticsearch, and why:
+
+    * lists are ranked by the estimated distance from the query to their centroid (inner
+      product only for ``max_inner_product``): the lists are Voronoi cells of squared-L2
+      k-means, and on unit vectors ranking by inner product favours tight clusters over the
+      cell that holds the query (debian-minilm-384, 1 bit: recall 0.835 vs 0.783 at 1 %);
+    * with parents (more than 256 lists) the children come from a best-first walk bounded by
+      each parent's radius, so they are exactly the dense ranking's best lists;
+    * a list takes at most as many SOAR spills as it has primary vectors (the cheapest by
+      SOAR loss): plain SOAR sends a large share of all spills to a few "hub" lists whose
+      small-norm centroids are near everything, and those lists then eat every budget
+      (4x fewer entries scored at equal recall on the clustered synthetic data);
+    * lists above ``2 · cluster_size`` primaries are split right after the first clustering
+      too (the neighbourhood refinement can grow lists well past the split threshold).
+
     Examples
     --------
     >>> import numpy as np, bbqlib
