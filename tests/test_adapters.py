@@ -302,6 +302,7 @@ def test_ann_benchmarks_flat_wrapper():
         BBQFlat("hamming")
 
 
+@pytest.mark.slow  # mostly the IVF index's own kernels compiling on a cold cache
 def test_ann_benchmarks_ivf_wrapper():
     pytest.importorskip("bbqlib.index.ivf")
     from bbqlib.adapters.ann_benchmarks import BBQIVF
