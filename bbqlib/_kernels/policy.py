@@ -19,20 +19,51 @@ __all__ = ["kernel", "parallel_kernel", "prange", "num_threads"]
 prange = numba.prange
 
 
-def kernel(func=None, **overrides):
-    """Compile a serial kernel: ``@njit(cache=True, nogil=True)``."""
+def _compile(func, options, vectorize: bool):
+    dispatcher = numba.njit(**options)(func)
+    if not vectorize:
+        _disable_loop_vectorizer(dispatcher)
+    return dispatcher
+
+
+def _disable_loop_vectorizer(dispatcher) -> None:
+    """Compile ``dispatcher`` with LLVM's loop vectorizer off (this kernel only).
+
+    Popcount loops over a few uint64 words (6 at d = 384) run about 1.4x faster as scalar
+    POPCNT than after LLVM rewrites ``ctpop`` into AVX2 byte shuffles with a horizontal sum.
+    numba reads ``config.LOOP_VECTORIZE`` when it optimizes a module, under its global
+    compiler lock, so switching it around this dispatcher's compilation touches nothing else.
+    """
+    compile_signature = dispatcher.compile
+
+    def compile_without_loop_vectorizer(sig):
+        old = numba.config.LOOP_VECTORIZE
+        numba.config.LOOP_VECTORIZE = 0
+        try:
+            return compile_signature(sig)
+        finally:
+            numba.config.LOOP_VECTORIZE = old
+
+    dispatcher.compile = compile_without_loop_vectorizer
+
+
+def kernel(func=None, *, vectorize: bool = True, **overrides):
+    """Compile a serial kernel: ``@njit(cache=True, nogil=True)``.
+
+    ``vectorize=False`` turns LLVM's loop vectorizer off for this kernel (bit kernels).
+    """
     options = {"cache": True, "nogil": True, **overrides}
     if func is None:
-        return lambda f: numba.njit(**options)(f)
-    return numba.njit(**options)(func)
+        return lambda f: _compile(f, options, vectorize)
+    return _compile(func, options, vectorize)
 
 
-def parallel_kernel(func=None, **overrides):
+def parallel_kernel(func=None, *, vectorize: bool = True, **overrides):
     """Compile a multi-threaded kernel: ``@njit(cache=True, nogil=True, parallel=True)``."""
     options = {"cache": True, "nogil": True, "parallel": True, **overrides}
     if func is None:
-        return lambda f: numba.njit(**options)(f)
-    return numba.njit(**options)(func)
+        return lambda f: _compile(f, options, vectorize)
+    return _compile(func, options, vectorize)
 
 
 def num_threads() -> int:

@@ -26,6 +26,7 @@ from .popcount import popcount64
 __all__ = [
     "BLOCK",
     "plane_dot",
+    "plane_dot_q4",
     "estimate_planes",
     "estimate_bytes",
     "estimate_float",
@@ -72,6 +73,27 @@ def plane_dot(q, d, qp, dp, words):
             for w in range(words):
                 c += popcount64(q[s * words + w] & d[base + w])
             acc += c << (s + t)
+    return acc
+
+
+@kernel(inline="always")
+def plane_dot_q4(q, d, dp, words):
+    """``plane_dot`` for a 4-plane query (every default plane encoding), without the
+    per-plane branches: four accumulators, each doc word loaded once."""
+    acc = 0
+    for t in range(dp):
+        base = t * words
+        c0 = 0
+        c1 = 0
+        c2 = 0
+        c3 = 0
+        for w in range(words):
+            x = d[base + w]
+            c0 += popcount64(q[w] & x)
+            c1 += popcount64(q[words + w] & x)
+            c2 += popcount64(q[2 * words + w] & x)
+            c3 += popcount64(q[3 * words + w] & x)
+        acc += (c0 + (c1 << 1) + (c2 << 2) + (c3 << 3)) << t
     return acc
 
 
@@ -140,7 +162,7 @@ def _offer(keys, ids, key, idx):
 # ----------------------------------------------------------------------------- dense estimates
 
 
-@parallel_kernel
+@parallel_kernel(vectorize=False)
 def estimate_planes(qw, qf, dw, df, qp, dp, words, dim, cc, is_l2, out):
     """Raw estimates [nq, n] of plane-packed queries ``qw`` against plane-packed docs ``dw``."""
     for j in prange(dw.shape[0]):
@@ -202,7 +224,7 @@ def _offer_block(keys, ids, block_keys, m, b0, allowed, id_base):
             worst = keys[0]
 
 
-@parallel_kernel
+@parallel_kernel(vectorize=False)
 def scan_planes(qw, qf, dw, df, qp, dp, words, dim, cc, is_l2, allowed, id_base, out_keys, out_ids):
     n = dw.shape[0]
     chunks = out_keys.shape[0]
@@ -215,8 +237,12 @@ def scan_planes(qw, qf, dw, df, qp, dp, words, dim, cc, is_l2, allowed, id_base,
             m = min(stop - b0, BLOCK)
             for q in range(qw.shape[0]):
                 query = qw[q]
-                for j in range(m):
-                    dots[j] = plane_dot(query, dw[b0 + j], qp, dp, words)
+                if qp == 4:
+                    for j in range(m):
+                        dots[j] = plane_dot_q4(query, dw[b0 + j], dp, words)
+                else:
+                    for j in range(m):
+                        dots[j] = plane_dot(query, dw[b0 + j], qp, dp, words)
                 _block_keys(dots, m, b0, df, qf[q], dim, cc, is_l2, block_keys)
                 _offer_block(out_keys[c, q], out_ids[c, q], block_keys, m, b0, allowed, id_base)
 
