@@ -101,14 +101,14 @@ def _ids_float_row(qv, qf, codes, df, planes, plane_bytes, dim, cc, is_l2, ids, 
             out[j] = _raw(dim, df[i], qf, float_dot(qv, buf), cc, is_l2)
 
 
-@kernel
+@kernel(vectorize=False)
 def score_ids_planes(qw, qf, dw, df, qp, dp, words, dim, cc, is_l2, ids, out):
     """Raw estimates ``out[q, j]`` of plane query ``q`` and plane doc ``ids[q, j]``."""
     for q in range(ids.shape[0]):
         _ids_planes_row(qw[q], qf[q], dw, df, qp, dp, words, dim, cc, is_l2, ids[q], out[q])
 
 
-@parallel_kernel
+@parallel_kernel(vectorize=False)
 def score_ids_planes_parallel(qw, qf, dw, df, qp, dp, words, dim, cc, is_l2, ids, out):
     for q in prange(ids.shape[0]):
         _ids_planes_row(qw[q], qf[q], dw, df, qp, dp, words, dim, cc, is_l2, ids[q], out[q])
