@@ -10,20 +10,26 @@ everywhere, so that states and events agree to the last bit). The code maximizes
     f(t) = N(t) / sqrt(S(t)),   N = Σ (m_i + 1/2) a_i,   S = Σ (m_i + 1/2)^2
 
 over every distinct event time (``f`` only changes there). The paper walks all ``D·M`` events
-in order. Here the same maximum is found by branch and bound: ``f`` is evaluated on a grid of
-``t`` (steps of ``1 / max a``, then a geometric tail), and the events inside a grid interval
-``(t1, t2]`` are sorted and walked only when an upper bound on ``f`` over the interval beats the
-best value found so far. The bound: each event ``(i, k)`` in the interval adds ``a_i`` to ``N``
-and ``2k`` to ``S`` with ``a_i / 2k = 1 / (2 t_event) < 1 / (2 t1)``, so every state in the
-interval has ``N = N1 + x``, ``S = S1 + y`` with ``x <= min(y / (2 t1), N2 - N1)``; the bound
-``(N1 + x) / sqrt(S1 + y)`` is quasi-convex in ``y`` and peaks at ``y = 0`` or
-``y = 2 t1 (N2 - N1)``. Its slack is second order in the interval width, so only the one or two
-intervals around the optimum are walked.
+in order; here the same maximum is found by branch and bound:
 
-The geometric tail stops when every coordinate is saturated, when ``Σ (M + 1/2) a_i / sqrt(S(t))``
-(a bound on ``f`` for all larger ``t``) falls to the best value, or after ``TAIL_STEPS`` steps
-(rows with coordinates below ``2^-30`` of the largest; their events change ``f`` by less than
-float rounding).
+1. ``f`` is evaluated on a grid of ``t``: ``GRID_INTERVALS`` uniform steps up to
+   ``2 (M + 1) / max a``, then a geometric tail that stops when every coordinate is saturated,
+   when ``Σ (M + 1/2) a_i / sqrt(S(t))`` (a bound on ``f`` for all larger ``t``) falls to the
+   best value, or after ``TAIL_STEPS`` steps (coordinates below ``2^-30`` of the largest).
+2. Each grid interval ``(t1, t2]`` gets an upper bound on ``f``: an event ``(i, k)`` in it adds
+   ``a_i`` to ``N`` and ``2k`` to ``S``, a slope ``a_i / 2k = 1 / (2 t_event)`` between
+   ``1/(2 t2)`` and ``1/(2 t1)``; walked in ``t`` order the states form a concave chain from
+   ``(S1, N1)`` to ``(S2, N2)``, under the line of slope ``1/(2 t1)`` through the start and the
+   line of slope ``1/(2 t2)`` through the end. ``N / sqrt(S)`` along a line is quasi-convex,
+   so the bound is the largest of its values at the start, the end and the lines' crossing.
+   Its slack is second order in the interval width.
+3. Intervals whose bound beats the best value are split in ``SPLIT`` parts (``SPLIT - 1`` grid
+   states, ``O(d)`` each) while they hold more than about ``SPLIT_EVENTS · d`` events, and
+   walked otherwise: their events are generated, sorted and applied one by one, ``f`` being
+   evaluated after each group of equal event times.
+
+The result is the paper's maximum (the tests compare it with a full walk of every event); the
+work is a few dozen ``O(d)`` grid states plus the events of the few intervals near the optimum.
 
 Bound rerank (spec §1.4)
 ------------------------
