@@ -61,7 +61,7 @@ def recall_table(ds: C.Dataset, k: int = 10) -> list[dict]:
             row[f"x{os_:g}"] = recall_at_k(peer.search(ds.queries, k)[1], gt, k)
         rows.append(row)
     for kind in ("SQ8", "SQ4"):
-        peer = peers.faiss_sq(ds.base, ds.similarity, kind=kind)
+        peer = peers.faiss_sq(ds.base, ds.similarity, qtype=kind)
         rows.append(
             {
                 "method": f"faiss {kind}",
