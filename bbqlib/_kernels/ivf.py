@@ -31,9 +31,8 @@ import math
 import numpy as np
 
 from .osq import MINIMUM_MSE_GRID, _grid_pass, _java_round
-from .policy import kernel, parallel_kernel, prange
-from .popcount import popcount64
-from .scoring import BLOCK, _block_keys, _offer, byte_dot, plane_dot
+from .policy import parallel_kernel, prange
+from .scoring import BLOCK, _block_keys, _offer, byte_dot, plane_dot, plane_dot_q4
 
 __all__ = [
     "ivf_scan_planes",
@@ -45,31 +44,7 @@ __all__ = [
 ]
 
 
-@kernel(inline="always")
-def _dot_q4(q, d, dp, words):
-    """``<X, Y>`` for a 4-plane query and ``dp`` doc planes: 4 accumulators, one doc load.
-
-    The default encodings' case (1/2/4-bit docs, 4-bit queries) without the generic
-    kernel's per-plane branches; equal to ``plane_dot(q, d, 4, dp, words)``.
-    """
-    acc = 0
-    for t in range(dp):
-        base = t * words
-        c0 = 0
-        c1 = 0
-        c2 = 0
-        c3 = 0
-        for w in range(words):
-            x = d[base + w]
-            c0 += popcount64(q[w] & x)
-            c1 += popcount64(q[words + w] & x)
-            c2 += popcount64(q[2 * words + w] & x)
-            c3 += popcount64(q[3 * words + w] & x)
-        acc += (c0 + (c1 << 1) + (c2 << 2) + (c3 << 3)) << t
-    return acc
-
-
-@parallel_kernel
+@parallel_kernel(vectorize=False)
 def ivf_scan_planes(
     qw,
     qf,
@@ -106,7 +81,7 @@ def ivf_scan_planes(
                 m = min(stop - b0, BLOCK)
                 if qp == 4:
                     for j in range(m):
-                        dots[j] = _dot_q4(query, dw[b0 + j], dp, words)
+                        dots[j] = plane_dot_q4(query, dw[b0 + j], dp, words)
                 else:
                     for j in range(m):
                         dots[j] = plane_dot(query, dw[b0 + j], qp, dp, words)
