@@ -147,6 +147,26 @@ class Quantizer:
 
     # -- end of candidate scorer ------------------------------------------------------------
 
+    def _state_with_transform(self, params: dict) -> tuple[dict, dict]:
+        """``(params, arrays)`` for files: the centroid, plus the transform's state if any."""
+        arrays = {"centroid": np.asarray(self.centroid_)}
+        params = {**params, "transform": None}
+        if self.transform_ is not None:
+            t_params, t_arrays = self.transform_.get_state()
+            params["transform"] = t_params
+            arrays.update({f"transform.{k}": v for k, v in t_arrays.items()})
+        return params, arrays
+
+    @staticmethod
+    def _transform_from_state(params: dict, arrays: dict):
+        """The transform stored by :meth:`_state_with_transform` (None if there is none)."""
+        if not params.get("transform"):
+            return None
+        from ..transforms import transform_from_state
+
+        t_arrays = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("transform.")}
+        return transform_from_state(params["transform"], t_arrays)
+
     def _fingerprint(self, *parts) -> str:
         h = hashlib.blake2b(digest_size=8)
         h.update(type(self).__name__.encode())

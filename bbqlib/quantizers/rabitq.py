@@ -521,25 +521,12 @@ class RaBitQQuantizer(Quantizer):
             "rescale_factor": self.rescale_factor_,
             "dim": self.dim_,
             "fingerprint": self.fingerprint_,
-            "transform": None,
         }
-        arrays = {"centroid": np.asarray(self.centroid_)}
-        if self.transform_ is not None:
-            t_params, t_arrays = self.transform_.get_state()
-            params["transform"] = t_params
-            arrays.update({f"transform.{k}": v for k, v in t_arrays.items()})
-        return params, arrays
+        return self._state_with_transform(params)
 
     @classmethod
     def from_state(cls, params: dict, arrays: dict) -> RaBitQQuantizer:
-        transform = None
-        if params.get("transform"):
-            from ..transforms import transform_from_state
-
-            t_arrays = {
-                k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("transform.")
-            }
-            transform = transform_from_state(params["transform"], t_arrays)
+        transform = cls._transform_from_state(params, arrays)
         q = cls(
             bits=params["bits"],
             query_bits=params["query_bits"],
