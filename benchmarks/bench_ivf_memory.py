@@ -5,7 +5,8 @@ mixture of unit vectors shaped like sentence embeddings); the first ``n`` rows a
 the last 500 the queries; exact top-10 by inner product is the ground truth.
 
 For each library (bbqlib IVFIndex 1-bit on disk; faiss RR + IndexIVFRaBitQ 1-bit +
-IndexRefineFlat x3 read with ``IO_FLAG_MMAP_IFC``; hnswlib M=16 efC=200):
+IndexRefineFlat read with ``IO_FLAG_MMAP_IFC``; hnswlib M=16 efC=200; bbqlib and faiss
+rerank ``k * oversample`` candidates, oversample 5 by default):
 
 1. build (timed; bbqlib streams the base from a memory-mapped ``.npy``), save, bytes on disk;
 2. pick the search setting reaching recall@10 >= 0.90 (uncapped, in this process);
@@ -253,6 +254,8 @@ def prepare_data(n: int, workdir: Path):
 
 
 def sweep(name, search, params, gt):
+    """The first (cheapest) setting reaching ``TARGET``; if none does, the cheapest one
+    within 0.002 of the best recall seen (more effort would buy nothing)."""
     rows = []
     for p in params:
         ids = search(p)
@@ -260,7 +263,8 @@ def sweep(name, search, params, gt):
         print(f"  {name} {p}: recall {rows[-1][1]:.3f}", flush=True)
         if rows[-1][1] >= TARGET:
             return p, rows
-    return params[-1], rows
+    best = max(r for _, r in rows)
+    return next(p for p, r in rows if r >= best - 0.002), rows
 
 
 def main(argv=None) -> int:
@@ -299,7 +303,7 @@ def main(argv=None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     base_path, q_path, gt = prepare_data(args.n, workdir)
     Q = np.load(q_path)
-    libs = args.libs.split(",")
+    libs = [lib for lib in args.libs.split(",") if lib]  # --libs "": report from saved runs
     caps = [int(c) for c in args.caps.split(",")]
     builds, settings, sweeps, runs = {}, {}, {}, []
     over = args.oversample

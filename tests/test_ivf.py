@@ -259,7 +259,7 @@ def test_plan_matches_reference():
             assert (pq[ps[q] : ps[q + 1]] == q).all()
 
 
-@pytest.mark.parametrize("d", [1, 65, 384])
+@pytest.mark.parametrize("d", [1, 384])
 @pytest.mark.parametrize("is_l2", [False, True])
 @pytest.mark.parametrize(("bits", "iters"), [(1, 5), (2, 5), (4, 1), (7, 1), (7, 5)])
 def test_pair_quantization_equals_quantize_rows(d, is_l2, bits, iters):
