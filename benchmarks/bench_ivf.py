@@ -35,8 +35,8 @@ import peers  # noqa: E402
 import bbqlib  # noqa: E402
 from bbqlib.analysis.recall import recall_at_k  # noqa: E402
 
-VISIT = [0.5, 1, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50]
-NPROBE = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128]
+VISIT = [0.5, 1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50]
+NPROBE = [1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128]
 EF = [10, 16, 24, 32, 48, 64, 96, 128, 192, 256]
 TARGETS = (0.90, 0.95)
 
@@ -56,6 +56,27 @@ def qps_at(rows, target):
     """Best QPS among settings whose recall reaches ``target`` (None if none does)."""
     ok = [r["qps"] for r in rows if r["recall"] >= target]
     return max(ok) if ok else None
+
+
+def qps_interp(rows, target):
+    """QPS at exactly ``target`` recall, interpolated on the Pareto frontier.
+
+    The frontier keeps the settings no other setting beats in both recall and QPS; between
+    the frontier points on either side of ``target``, QPS is interpolated linearly in
+    recall. None when no setting reaches ``target``.
+    """
+    pts = sorted(((r["recall"], r["qps"]) for r in rows), key=lambda t: (-t[0], -t[1]))
+    front = []
+    for rec, q in pts:  # by recall descending: keep points faster than all better ones
+        if not front or q > front[-1][1]:
+            front.append((rec, q))
+    front.reverse()  # recall ascending, QPS descending
+    if not front or front[-1][0] < target:
+        return None
+    for (r0, q0), (r1, q1) in zip(front, front[1:], strict=False):
+        if r0 <= target <= r1:
+            return q0 + (q1 - q0) * (target - r0) / (r1 - r0) if r1 > r0 else max(q0, q1)
+    return front[0][1]  # every frontier point is above the target
 
 
 def main(argv=None) -> int:
@@ -148,6 +169,7 @@ def main(argv=None) -> int:
                 "build": run["build"],
                 "vs_hnsw": None if hnsw_build is None else hnsw_build / run["build"],
                 **{f"q{int(t * 100)}": qps_at(run["rows"], t) for t in TARGETS},
+                **{f"i{int(t * 100)}": qps_interp(run["rows"], t) for t in TARGETS},
                 "max_recall": max(r["recall"] for r in run["rows"]),
             }
         )
@@ -158,7 +180,9 @@ def main(argv=None) -> int:
             ("build", "build s", ".1f"),
             ("vs_hnsw", "hnswlib build / this", ".1f"),
             ("q90", "QPS @ recall 0.90", ",.0f"),
+            ("i90", "interpolated", ",.0f"),
             ("q95", "QPS @ recall 0.95", ",.0f"),
+            ("i95", "interpolated", ",.0f"),
             ("max_recall", "best recall", ".3f"),
         ],
     )
@@ -169,7 +193,9 @@ def main(argv=None) -> int:
         "oversample (3.0 at 1 bit, 1.5 at 2 bits), exact rerank on float32 vectors.",
         f"faiss: RR (random rotation) + IndexIVFRaBitQ, nlist {ix1.n_lists} (bbqlib's list "
         "count), qb 4, IndexRefineFlat with k_factor = bbqlib's oversample.",
-        "QPS @ recall r: the best QPS among the settings whose recall@10 reaches r ('–': none).",
+        "QPS @ recall r: the best QPS among the settings whose recall@10 reaches r ('–': none); "
+        "interpolated: QPS at exactly r, linear in recall between the two settings of the "
+        "recall/QPS Pareto frontier on either side of r.",
         f"Search: one call with all {len(Q)} queries, single thread; median of {args.rounds} "
         "interleaved rounds. Build: single thread, one build each (numba compiled beforehand).",
         "The machine is shared (2 cores, other jobs running): compare ratios, not absolute "
