@@ -15,7 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from reference.ivf import centroid_keys_reference, plan_reference, scan_reference
+from reference.ivf import (
+    centroid_keys_reference,
+    dedup_topk_reference,
+    plan_reference,
+    scan_reference,
+)
 
 import bbqlib
 from bbqlib import CorruptFileError, IVFIndex
@@ -289,6 +294,32 @@ def test_dedup_keeps_best_copy():
     ids = np.array([[7, 3, 7, 3, KS.EMPTY_ID, KS.EMPTY_ID]])
     k, i = S.dedup_topk(keys, ids, 3)
     assert i.tolist() == [[7, 3, -1]] and k[0, :2].tolist() == [5.0, 4.0]
+
+
+@pytest.mark.parametrize("H", [1, 7, 60, 301])
+def test_dedup_kernel_matches_reference(H):
+    rng = np.random.default_rng(H)
+    nq = 20
+    ids = rng.integers(0, max(2, H // 2), (nq, H))  # many duplicate ids
+    keys = np.round(rng.normal(size=(nq, H)), 1)  # many equal keys (ties)
+    empty = rng.random((nq, H)) < 0.2
+    ids[empty] = KS.EMPTY_ID
+    keys[empty] = -np.inf
+    for k in (1, 5, H):
+        got = S.dedup_topk(keys, ids, k)
+        ref = dedup_topk_reference(keys, ids, k, KS.EMPTY_ID)
+        np.testing.assert_array_equal(got[1], ref[1])
+        np.testing.assert_array_equal(got[0], ref[0])
+
+
+@pytest.mark.parametrize("want", [1, 3, 40])
+def test_topk_columns_matches_stable_sort(want):
+    rng = np.random.default_rng(want)
+    keys = np.round(rng.normal(size=(30, 100)), 1)  # ties on purpose
+    out = np.empty((30, want), dtype=np.int64)
+    KI.topk_columns(keys, out)
+    expect = np.argsort(-keys, axis=1, kind="stable")[:, :want]
+    np.testing.assert_array_equal(out, expect)
 
 
 # ------------------------------------------------------------------ search behaviour

@@ -32,7 +32,7 @@ import numpy as np
 
 from .osq import MINIMUM_MSE_GRID, _grid_pass, _java_round
 from .policy import parallel_kernel, prange
-from .scoring import BLOCK, _block_keys, _offer, byte_dot, plane_dot, plane_dot_q4
+from .scoring import BLOCK, EMPTY_ID, _block_keys, _offer, byte_dot, plane_dot, plane_dot_q4
 
 __all__ = [
     "ivf_scan_planes",
@@ -41,6 +41,8 @@ __all__ = [
     "quantize_pairs",
     "rank_children",
     "spill_costs",
+    "dedup_topk_rows",
+    "topk_columns",
 ]
 
 
@@ -341,3 +343,62 @@ def spill_costs(X, C, primary, secondary, lam, out):
             re += r * e
             ee += e * e
         out[i] = ee + lam * re * re / rr if rr > 1e-16 else ee
+
+
+@parallel_kernel
+def dedup_topk_rows(keys, ids, out_keys, out_ids):
+    """Best distinct ids per row of heaps that may hold an id twice (SOAR copies).
+
+    ``keys`` / ``ids`` [nq, H] (empty slots ``EMPTY_ID``); ``out_keys`` / ``out_ids``
+    [nq, k] receive the best ``k`` distinct ids by (key desc, id asc), each with its best
+    key, padded with ``-inf`` / ``-1``.
+    """
+    nq, h = keys.shape
+    k = out_keys.shape[1]
+    for q in prange(nq):
+        by_id = np.argsort(ids[q], kind="mergesort")
+        best = np.empty(h, dtype=np.float64)
+        uniq = np.empty(h, dtype=np.int64)
+        m = 0
+        i = 0
+        while i < h:
+            idx = ids[q, by_id[i]]
+            top = keys[q, by_id[i]]
+            i += 1
+            while i < h and ids[q, by_id[i]] == idx:
+                top = max(top, keys[q, by_id[i]])
+                i += 1
+            if idx != EMPTY_ID:
+                best[m] = top
+                uniq[m] = idx
+                m += 1
+        # uniq is ascending, so a stable sort on -key breaks ties by the lower id.
+        order = np.argsort(-best[:m], kind="mergesort")
+        for r in range(k):
+            if r < m:
+                out_keys[q, r] = best[order[r]]
+                out_ids[q, r] = uniq[order[r]]
+            else:
+                out_keys[q, r] = -np.inf
+                out_ids[q, r] = -1
+
+
+@parallel_kernel
+def topk_columns(keys, out_ids):
+    """The ``want = out_ids.shape[1]`` best columns of each row, best first (lower column
+    among equal keys); ``keys`` float64 [nq, K] with ``want <= K``."""
+    nq, n = keys.shape
+    want = out_ids.shape[1]
+    for q in prange(nq):
+        hk = np.full(want, -np.inf)
+        hi = np.full(want, EMPTY_ID, dtype=np.int64)
+        row = keys[q]
+        for c in range(n):
+            _offer(hk, hi, row[c], np.int64(c))
+        by_id = np.argsort(hi, kind="mergesort")
+        sk = np.empty(want, dtype=np.float64)
+        for r in range(want):
+            sk[r] = -hk[by_id[r]]
+        order = np.argsort(sk, kind="mergesort")
+        for r in range(want):
+            out_ids[q, r] = hi[by_id[order[r]]]

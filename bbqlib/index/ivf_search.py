@@ -196,16 +196,12 @@ def rank_lists(
 def _best_first(keys: np.ndarray, want: int) -> np.ndarray:
     """The ``want`` best columns of every row, best first (lower column among ties)."""
     K = keys.shape[1]
-    if want >= K:
-        return np.argsort(-keys, axis=1, kind="stable").astype(np.int32)
-    # Everything tied with the want-th best is kept, so ties resolve by the lower id as in
-    # the full sort.
-    kth = -np.partition(-keys, want - 1, axis=1)[:, want - 1 : want]
-    width = int((keys >= kth).sum(axis=1).max())
-    part = np.argpartition(-keys, width - 1, axis=1)[:, :width]
-    sub = np.take_along_axis(keys, part, axis=1)
-    order = np.lexsort((part, -sub), axis=-1)
-    return np.take_along_axis(part, order, axis=1)[:, :want].astype(np.int32)
+    if 2 * want >= K:
+        order = np.argsort(-keys, axis=1, kind="stable")[:, :want]
+        return order.astype(np.int32)
+    out = np.empty((keys.shape[0], want), dtype=np.int64)
+    KI.topk_columns(np.ascontiguousarray(keys), out)
+    return out.astype(np.int32)
 
 
 def dynamic_visit_ratio(n: int, depth: int) -> float:
@@ -315,16 +311,8 @@ def dedup_topk(keys: np.ndarray, ids: np.ndarray, k: int):
     ``keys`` float64 / ``ids`` int64 [nq, H], empty slots ``-inf`` / ``EMPTY_ID``. Returns
     ``(keys, ids)`` [nq, min(k, H)] by (key desc, id asc), ``-1`` for missing ids.
     """
-    order = np.lexsort((-keys, ids), axis=-1)  # by id, then best key first
-    ids_s = np.take_along_axis(ids, order, axis=1)
-    keys_s = np.take_along_axis(keys, order, axis=1)
-    dup = np.zeros(ids_s.shape, dtype=bool)
-    dup[:, 1:] = ids_s[:, 1:] == ids_s[:, :-1]
-    keys_s[dup] = -np.inf
-    ids_s[dup] = KS.EMPTY_ID
-    k = min(k, ids_s.shape[1])
-    order = np.lexsort((ids_s, -keys_s), axis=-1)[:, :k]
-    keys_s = np.take_along_axis(keys_s, order, axis=1)
-    ids_s = np.take_along_axis(ids_s, order, axis=1)
-    ids_s[ids_s == KS.EMPTY_ID] = -1
-    return keys_s, ids_s
+    k = min(k, ids.shape[1])
+    out_keys = np.empty((ids.shape[0], k), dtype=np.float64)
+    out_ids = np.empty((ids.shape[0], k), dtype=np.int64)
+    KI.dedup_topk_rows(keys, ids, out_keys, out_ids)
+    return out_keys, out_ids

@@ -100,3 +100,22 @@ def centroid_keys_reference(q_codes, qf, c_codes, cf, dim, gg, is_l2):
         dots = c_codes.astype(np.int64) @ q_codes[q].astype(np.int64)
         out[q] = keys_reference(dots, cf, qf[q], dim, gg, is_l2)
     return out
+
+
+def dedup_topk_reference(keys, ids, k, empty_id):
+    """Best ``k`` distinct ids per row (best key per id), by (key desc, id asc)."""
+    nq = keys.shape[0]
+    k = min(k, keys.shape[1])
+    out_k = np.full((nq, k), -np.inf)
+    out_i = np.full((nq, k), -1, dtype=np.int64)
+    for q in range(nq):
+        best: dict[int, float] = {}
+        for key, idx in zip(keys[q], ids[q], strict=True):
+            idx = int(idx)
+            if idx != empty_id and (idx not in best or key > best[idx]):
+                best[idx] = float(key)
+        ranked = sorted(best.items(), key=lambda t: (-t[1], t[0]))[:k]
+        for r, (idx, key) in enumerate(ranked):
+            out_k[q, r] = key
+            out_i[q, r] = idx
+    return out_k, out_i
