@@ -11,7 +11,7 @@ import numpy as np
 
 from .encoding import padded_dim
 
-__all__ = ["pack_planes", "unpack_planes", "pack_bits", "plane_words"]
+__all__ = ["pack_planes", "unpack_planes", "pack_bits", "plane_words", "lut_blocks"]
 
 
 def pack_bits(bits01: np.ndarray) -> np.ndarray:
@@ -52,3 +52,19 @@ def plane_words(packed: np.ndarray) -> np.ndarray:
     """View packed plane rows [n, bytes] as uint64 words [n, bytes / 8] (no copy if contiguous)."""
     packed = np.ascontiguousarray(packed, dtype=np.uint8)
     return packed.view(np.uint64)
+
+
+def lut_blocks(packed: np.ndarray, lanes: int = 32) -> np.ndarray:
+    """Packed plane rows [n, m] as blocks of ``lanes`` docs: uint8 [ceil(n / lanes), m * lanes].
+
+    Byte ``i * lanes + j`` of block ``b`` is byte ``i`` of doc ``lanes * b + j`` (zero past the
+    last doc): the layout of the lookup-table scan (:mod:`bbqlib._kernels.lut`).
+    """
+    packed = np.asarray(packed, dtype=np.uint8)
+    n, m = packed.shape
+    n_blocks = -(-n // lanes)
+    padded = np.zeros((n_blocks * lanes, m), dtype=np.uint8)
+    padded[:n] = packed
+    return np.ascontiguousarray(padded.reshape(n_blocks, lanes, m).transpose(0, 2, 1)).reshape(
+        n_blocks, m * lanes
+    )

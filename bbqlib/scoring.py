@@ -7,14 +7,14 @@ picks the kernel for the layout, allocates outputs, splits large batches and mer
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ._kernels import scoring as K
 from ._kernels.policy import num_threads
 from ._kernels.rerank import exact_candidates
-from .packing import unpack_planes
+from .packing import lut_blocks, unpack_planes
 
 __all__ = ["DocCodes", "QueryCodes", "estimate_raw", "topk_raw", "rerank_exact", "merge_topk"]
 
@@ -39,6 +39,17 @@ class DocCodes:
     dim: int
     centroid_dot: float
     is_l2: bool
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def lut_blocks(self) -> tuple[np.ndarray, np.ndarray]:
+        """The lookup-table scan's layout, made once and kept: the plane bytes in blocks of
+        32 docs, and the factors as columns (float32 [4, n])."""
+        if "lut_blocks" not in self._cache:
+            self._cache["lut_blocks"] = (
+                lut_blocks(self.data.view(np.uint8)),
+                np.ascontiguousarray(self.factors.T),
+            )
+        return self._cache["lut_blocks"]
 
     @property
     def words(self) -> int:
@@ -166,7 +177,9 @@ def _scan(q, d, k, mask, id_base, chunks):
     ids = np.full((chunks, len(q), k), K.EMPTY_ID, dtype=np.int64)
     if len(d) == 0:
         return keys, ids
-    if q.kind == "planes":
+    if q.kind == "planes" and _use_lut(q):
+        _scan_lut(q, d, mask, id_base, keys, ids)
+    elif q.kind == "planes":
         K.scan_planes(
             q.data,
             q.factors,
@@ -221,6 +234,51 @@ def _scan(q, d, k, mask, id_base, chunks):
         keys = np.concatenate(parts_k, axis=0)
         ids = np.concatenate(parts_i, axis=0)
     return keys, ids
+
+
+#: Widest query the lookup-table scan takes (a table entry, four codes, must fit a byte
+#: four times over: 4 · 4 · 15 = 240).
+LUT_MAX_QUERY_PLANES = 4
+
+
+def _use_lut(q: QueryCodes) -> bool:
+    from ._kernels.lut import avx2_available
+
+    return q.planes <= LUT_MAX_QUERY_PLANES and avx2_available()
+
+
+def query_tables(q: QueryCodes) -> np.ndarray:
+    """Lookup tables uint8 [nq, 2 · P · 32] of plane-packed queries (``bbqlib._kernels.lut``)."""
+    from ._kernels.lut import LANES, build_tables
+
+    dim64 = q.data.shape[1] // q.planes * 64
+    pairs = dim64 // 8
+    codes = unpack_planes(q.data.view(np.uint8), q.planes, dim64)
+    tables = np.empty((len(q), 2 * pairs * LANES), dtype=np.uint8)
+    build_tables(codes, pairs, tables)
+    return tables
+
+
+def _scan_lut(q: QueryCodes, d: DocCodes, mask, id_base, keys, ids) -> None:
+    from ._kernels.lut import scan_lut
+
+    blocks, cols = d.lut_blocks()
+    scan_lut(
+        query_tables(q),
+        q.factors,
+        blocks,
+        cols,
+        d.planes,
+        d.words * 8,
+        len(d),
+        d.dim,
+        d.centroid_dot,
+        d.is_l2,
+        mask,
+        id_base,
+        keys,
+        ids,
+    )
 
 
 def rerank_exact(
