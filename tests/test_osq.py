@@ -4,9 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from reference.osq import dequantize, initial_interval, java_round, osq_loss, osq_reference
+from reference.osq import (
+    dequantize,
+    direct_pass_terms,
+    initial_interval,
+    java_round,
+    lane_reduce,
+    lane_sum,
+    osq_loss,
+    osq_reference,
+    pass_sums,
+    pass_terms,
+)
 
 from bbqlib import BBQQuantizer
+from bbqlib._kernels.osq import _pass_sums, _row_stats
+from bbqlib.index.ivf_search import encode_residuals
+from bbqlib.packing import pack_planes
 from bbqlib.quantizers.osq import quantize_rows
 
 DIMS = [1, 2, 3, 7, 8, 9, 63, 64, 65, 127, 384, 1000]
@@ -53,21 +67,24 @@ def test_kernel_matches_reference(d, kind):
         assert res.codes.dtype == np.uint8 and res.component_sum.dtype == np.int64
 
 
-@pytest.mark.parametrize("iters", [0, 1, 2, 5, 9])
+@pytest.mark.parametrize("iters", [0, 1, 2, 3, 4, 5, 9])
 @pytest.mark.parametrize("lam", [0.0, 0.1, 0.5, 1.0])
-def test_kernel_matches_reference_iters_lambda(iters, lam):
-    X = _data("normal", 40, 65, seed=7)
+@pytest.mark.parametrize("d", [7, 9, 65])
+def test_kernel_matches_reference_iters_lambda(iters, lam, d):
+    X = _data("normal", 40, d, seed=7)
     c = X.mean(axis=0)
-    for bits in (1, 2, 4, 7):
+    for bits in BITS:
         ref = osq_reference(X, c, bits, euclidean=False, iters=iters, lam=lam)
         assert_same(ref, quantize_rows(X, c, bits, euclidean=False, iters=iters, lam=lam))
 
 
-def test_kernel_matches_reference_special_rows():
-    """Zero rows, rows equal to the centroid, constant rows and huge/tiny magnitudes."""
-    g = np.random.default_rng(3)
-    d = 65
+def _special_rows(d: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Zero rows, rows equal to the centroid, constant rows, huge/tiny/mixed magnitudes."""
+    g = np.random.default_rng(seed)
     c = g.normal(size=d).astype(np.float32)
+    mixed = g.normal(size=d) * 10.0 ** g.uniform(-30, 18, size=d)
+    signed_zeros = np.where(g.uniform(size=d) < 0.5, -0.0, 0.0)
+    signed_zeros[0] = 1.0
     rows = [
         np.zeros(d),
         c,
@@ -77,16 +94,120 @@ def test_kernel_matches_reference_special_rows():
         g.normal(size=d) * 1e-20,
         g.normal(size=d) * 1e6,
         g.normal(size=d) * 1e18,
+        mixed,
         np.r_[1.0, np.zeros(d - 1)],
+        signed_zeros,  # ±0 against a zero centroid: the order of min/max shows in the sign
+        g.integers(-2, 3, size=d) * 0.5,  # codes on rounding ties
     ]
-    X = np.array(rows, dtype=np.float32)
+    return np.array(rows, dtype=np.float32), c
+
+
+@pytest.mark.parametrize("d", [1, 3, 7, 8, 9, 63, 64, 65, 127, 384, 1000])
+@pytest.mark.parametrize("lam", [0.0, 0.1, 1.0])
+def test_kernel_matches_reference_special_rows(d, lam):
+    X, c = _special_rows(d, seed=d)
     for centroid in (c, np.zeros(d, np.float32)):
         for bits in BITS:
-            ref = osq_reference(X, centroid, bits, euclidean=True)
-            res = quantize_rows(X, centroid, bits, euclidean=True)
-            assert_same(ref, res)
-            assert np.isfinite(res.lower).all() and np.isfinite(res.upper).all()
-            assert (res.lower <= res.upper).all()
+            for euclidean in (True, False):
+                ref = osq_reference(X, centroid, bits, euclidean=euclidean, lam=lam)
+                res = quantize_rows(X, centroid, bits, euclidean=euclidean, lam=lam)
+                assert_same(ref, res)
+                np.testing.assert_array_equal(np.signbit(res.lower), np.signbit(ref.lower))
+                assert np.isfinite(res.lower).all() and np.isfinite(res.upper).all()
+                # λ = 0 leaves rank-one normal equations (det = 0 up to rounding): the steps
+                # are rounding noise and may cross, in Lucene's algorithm as in ours.
+                assert lam == 0.0 or (res.lower <= res.upper).all()
+
+
+# ----------------------------------------------------------------------------- lane arithmetic
+def _wide_rows(n: int, d: int, seed: int) -> np.ndarray:
+    """Terms over 16 orders of magnitude: any other summation order changes the sums."""
+    g = np.random.default_rng(seed)
+    return (g.normal(size=(n, d)) * 10.0 ** g.uniform(-8, 8, size=(n, d))).astype(np.float32)
+
+
+@pytest.mark.parametrize("d", [1, 3, 7, 8, 9, 63, 64, 65, 127, 384, 1000])
+def test_row_sums_are_the_reference_lane_sums(d):
+    """The kernel's float64 row statistics equal the reference's lane sums bit for bit."""
+    V = _wide_rows(20, d, seed=d)
+    c = _wide_rows(1, d, seed=d + 1)[0]
+    x = (V - c).astype(np.float64)
+    total, norm2, cdot = lane_sum(x), lane_sum(x * x), lane_sum(V.astype(np.float64) * c)
+    mean = total / d
+    var = lane_sum((x - mean[:, None]) ** 2)
+    xmin = lane_reduce(x, lambda p, q: np.where(p > q, q, p), np.inf)
+    xmax = lane_reduce(x, lambda p, q: np.where(p < q, q, p), -np.inf)
+    for r in range(V.shape[0]):
+        got = _row_stats(V[r], c)
+        assert got == (total[r], norm2[r], cdot[r], xmin[r], xmax[r], var[r]), r
+    if d >= 16:  # the test can tell the lane order from a left-to-right sum
+        assert (np.cumsum(x * x, axis=1)[:, -1] != norm2).any()
+
+
+@pytest.mark.parametrize("d", [1, 7, 8, 9, 65, 384, 1000])
+@pytest.mark.parametrize("bits", [1, 4, 8])
+def test_pass_sums_are_the_reference_lane_sums(d, bits):
+    """``(K1, K2, XK)`` of one optimizer pass, kernel vs reference, exactly (also b == a)."""
+    V = _wide_rows(12, d, seed=d)
+    c = np.zeros(d, np.float32)
+    x = V.astype(np.float64)
+    lv = 2**bits - 1
+    spread = np.abs(x).max(axis=1)
+    g = np.random.default_rng(bits)
+    a = -spread * g.uniform(0.0, 1.0, size=12)
+    b = spread * g.uniform(0.0, 1.0, size=12)
+    b[0] = a[0]  # collapsed interval: every code 0
+    k1, k2, xk = pass_sums(x, a, b, lv)
+    for r in range(V.shape[0]):
+        inv = lv / (b[r] - a[r]) if b[r] != a[r] else 0.0
+        assert _pass_sums(V[r], c, a[r], b[r], inv) == (k1[r], k2[r], xk[r]), r
+    assert k1[0] == k2[0] == 0 and xk[0] == 0.0
+
+
+@pytest.mark.parametrize("bits", BITS)
+@pytest.mark.parametrize("lam", [0.0, 0.1, 1.0])
+def test_pass_terms_match_the_definitions(bits, lam):
+    """The loss and normal-equation sums from (K1, K2, XK) are the spec §1.3-1.4 sums.
+
+    Only the rounding differs: the closed form cancels ``‖x‖²`` against ``Σ x x̂``, so the
+    loss agrees to a few ulps of ``‖x‖²``, the other sums to a few ulps of their terms.
+    """
+    g = np.random.default_rng(bits)
+    n, d = 50, 97
+    x = (g.normal(size=(n, d)) * g.uniform(0.01, 100.0, size=(n, 1))).astype(np.float32)
+    x = x.astype(np.float64)
+    lv = 2**bits - 1
+    a32, b32 = initial_interval(x, bits)
+    a = a32.astype(np.float64) * g.uniform(0.5, 1.5, size=n)
+    b = b32.astype(np.float64) * g.uniform(0.5, 1.5, size=n)
+    b[0] = a[0]
+    norm2 = lane_sum(x * x)
+    got = pass_terms(*pass_sums(x, a, b, lv), a, b, d, lv, lane_sum(x), norm2, lam)
+    want = direct_pass_terms(x, a, b, lv, lam)
+    scale = [norm2, d, d, d, np.abs(x).sum(axis=1), np.abs(x).sum(axis=1)]
+    names = ("loss", "daa", "dab", "dbb", "dax", "dbx")
+    for name, u, w, s_ in zip(names, got, want, scale, strict=True):
+        assert (np.abs(u - w) <= 1e-13 * s_).all(), name
+
+
+@pytest.mark.parametrize("d", [9, 65])
+@pytest.mark.parametrize("bits", [1, 4, 7])
+def test_ivf_pair_quantization_shares_the_row_body(d, bits):
+    """``quantize_pairs`` (IVF) runs the same inline row function: same codes and factors,
+    with lanes and a tail (``d mod 8 != 0``); the IVF tests cover d = 1 and 384."""
+    X, c = _special_rows(d, seed=bits)
+    X = np.concatenate([X, _data("heavy", 20, d, seed=d)])
+    C = np.stack([c, np.zeros(d, np.float32), X[-1]])
+    rows = np.repeat(np.arange(X.shape[0]), 3)
+    lists = np.tile(np.arange(3), X.shape[0])
+    planes = bits if bits <= 4 else 0
+    codes, f = encode_residuals(X, rows, C, lists, bits, False, 5, planes=planes)
+    for i in range(rows.size):
+        res = quantize_rows(X[rows[i]][None], C[lists[i]], bits, euclidean=False)
+        expect = pack_planes(res.codes, bits) if planes else res.codes
+        np.testing.assert_array_equal(codes[i], expect[0])
+        assert f[i, 0] == res.lower[0] and f[i, 2] == res.component_sum[0]
+        assert np.float32(f[i, 3]) == res.additional[0]
 
 
 def test_thread_count_does_not_change_results(numba_threads):

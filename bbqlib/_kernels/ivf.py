@@ -26,11 +26,9 @@ de-duplicates. Results do not depend on the thread count (one thread per query).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from .osq import MINIMUM_MSE_GRID, _grid_pass, _java_round
+from .osq import _row_codes, _row_interval
 from .policy import parallel_kernel, prange
 from .scoring import BLOCK, EMPTY_ID, _block_keys, _offer, byte_dot, plane_dot, plane_dot_q4
 
@@ -170,10 +168,11 @@ def score_selected_bytes(qb, qf, cb, cf, sel, dim, cc, is_l2, out):
 def quantize_pairs(X, C, rows, cols, bits, iters, lam, euclidean, planes, codes_out, factors_out):
     """OSQ of ``X[rows[p]]`` against ``C[cols[p]]`` for every pair ``p``, written packed.
 
-    The row body of :func:`bbqlib._kernels.osq.osq_quantize` (same float32 centring, float64
-    sums in the same order, its fused ``_grid_pass``, Java rounding), so the result is bit for
-    bit ``quantize_rows(X[rows[p]][None], C[cols[p]], bits, iters=iters)``; here the centroid
-    changes per row, no residual matrix is formed, and the final pass writes the packed code.
+    The row body of :func:`bbqlib._kernels.osq.osq_quantize`: the same inline
+    ``_row_interval`` (float32 centring, statistics, interval optimization) and ``_row_codes``
+    (final codes), so the result is bit for bit ``quantize_rows(X[rows[p]][None], C[cols[p]],
+    bits, iters=iters)``; here the centroid changes per row, no residual matrix is formed, and
+    the codes are written packed.
 
     ``planes`` > 0: ``codes_out`` uint8 [P, planes * padded_dim / 8] receives the bit planes
     (least significant first, MSB-first bytes, as ``bbqlib.packing.pack_planes``); ``planes`` = 0:
@@ -181,76 +180,17 @@ def quantize_pairs(X, C, rows, cols, bits, iters, lam, euclidean, planes, codes_
     ``(a, (b - a) / (2^bits - 1), Σk, add)`` with ``add = ||x - c||²`` or ``<x, c>``.
     """
     n_pairs = rows.shape[0]
-    d = X.shape[1]
     levels = float((1 << bits) - 1)
-    grid = MINIMUM_MSE_GRID[bits - 1]
-    grid_points = np.arange(1 << bits).astype(np.float64) / levels
     plane_bytes = codes_out.shape[1] // planes if planes > 0 else 0
     for p in prange(n_pairs):
-        r = rows[p]
-        c = cols[p]
-        x = np.empty(d, dtype=np.float32)
-        sums = np.empty(5, dtype=np.float64)
-        new_sums = np.empty(5, dtype=np.float64)
-        total = 0.0
-        norm2 = 0.0
-        cdot = 0.0
-        xmin = np.inf
-        xmax = -np.inf
-        for i in range(d):
-            xi = X[r, i] - C[c, i]
-            x[i] = xi
-            total += xi
-            norm2 += np.float64(xi) * xi
-            cdot += np.float64(X[r, i]) * C[c, i]
-            xmin = min(xmin, xi)
-            xmax = max(xmax, xi)
-        mean = total / d
-        var = 0.0
-        for i in range(d):
-            var += (x[i] - mean) * (x[i] - mean)
-        std = math.sqrt(var / d)
-        a = np.float64(np.float32(min(max(-grid * std + mean, xmin), xmax)))
-        b = np.float64(np.float32(min(max(grid * std + mean, xmin), xmax)))
-        if norm2 > 0.0 and iters > 0:
-            scale = (1.0 - lam) / norm2
-            best = _grid_pass(x, a, b, levels, norm2, lam, sums, grid_points)
-            for _ in range(iters):
-                m0 = scale * sums[3] * sums[3] + lam * sums[0]
-                m1 = scale * sums[3] * sums[4] + lam * sums[1]
-                m2 = scale * sums[4] * sums[4] + lam * sums[2]
-                det = m0 * m2 - m1 * m1
-                if det == 0.0:
-                    break
-                a_new = np.float64(np.float32((m2 * sums[3] - m1 * sums[4]) / det))
-                b_new = np.float64(np.float32((m0 * sums[4] - m1 * sums[3]) / det))
-                if abs(a - a_new) < 1e-8 and abs(b - b_new) < 1e-8:
-                    break
-                loss = _grid_pass(x, a_new, b_new, levels, norm2, lam, new_sums, grid_points)
-                if loss > best:
-                    break
-                a = a_new
-                b = b_new
-                best = loss
-                sums[:] = new_sums
-        step = (b - a) / levels
+        v = X[rows[p]]
+        c = C[cols[p]]
+        a, b, norm2, cdot = _row_interval(v, c, bits, iters, lam)
         out = codes_out[p]
-        ksum = 0
-        if planes == 0:
-            for i in range(d):
-                k = 0  # Java: round(NaN) == 0 when the interval collapses
-                if step != 0.0:
-                    k = int(_java_round((min(max(np.float64(x[i]), a), b) - a) / step))
-                out[i] = k
-                ksum += k
-        else:
-            kbuf = np.zeros(plane_bytes * 8, dtype=np.uint8)  # padded dims keep code 0
-            for i in range(d):
-                k = 0
-                if step != 0.0:
-                    k = int(_java_round((min(max(np.float64(x[i]), a), b) - a) / step))
-                kbuf[i] = k
-                ksum += k
+        # planes == 0 writes the codes straight out; padded dims of planes keep code 0
+        kbuf = out if planes == 0 else np.zeros(plane_bytes * 8, dtype=np.uint8)
+        ksum = _row_codes(v, c, a, b, levels, kbuf)
+        if planes > 0:
             # Pack MSB first, one byte at a time, branch-free (packing.pack_planes layout).
             for s in range(planes):
                 base = s * plane_bytes

@@ -3,7 +3,38 @@
 Lucene/Elasticsearch's ``OptimizedScalarQuantizer``: an initial interval from the row's mean
 and standard deviation, then up to ``iters`` closed-form coordinate-descent steps on the
 anisotropic loss, then Java-style round-half-up codes. The NumPy reference is
-``tests/reference/osq.py``.
+``tests/reference/osq.py``; the two agree bit for bit.
+
+Arithmetic
+----------
+Every row sum (``Σx``, ``Σx²``, ``<v, c>``, ``Σ(x - mean)²``, and ``Σ x·k`` in the optimizer)
+is a *lane sum*: lane ``j`` of 8 adds the terms ``8t + j`` in order, the lanes are combined as
+``((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))``, then the ``d mod 8`` trailing terms are
+added one by one. The order is fixed, so results do not depend on the machine or the thread
+count, and it is one 8-wide vector, so the loops run in SIMD registers without fastmath. They
+are written as LLVM vector IR (:func:`_lane_stats`, :func:`_lane_var`, :func:`_lane_sums`):
+numba compiles with the SLP vectorizer off, and the loop vectorizer may not reorder float
+sums. The row minimum and maximum are taken the same way (exact in any order).
+
+One optimizer pass at an interval ``[a, b]`` reads the row once and keeps three sums of the
+codes ``k_i = round((clamp(x_i, a, b) - a) · L / (b - a))``, ``L = 2^bits - 1``:
+``K1 = Σ k_i`` and ``K2 = Σ k_i²`` are integers (exact in float64 in any order, below 2^53),
+and each product ``x_i k_i`` of ``XK = Σ x_i k_i`` is exact (a 24-bit float32 significand
+times ``k <= 255`` fits in float64's 53 bits); only the sum is rounded. Everything Lucene sums
+per pass follows from these and the row constants ``X1 = Σx``, ``X2 = Σx²``
+(:func:`_pass_terms`): with ``s_i = k_i / L`` the normal-equation sums ``Σ(1-s)², Σ(1-s)s,
+Σs²`` are int64 numerators over ``L²`` (one rounding each, where Lucene rounds every term),
+``Σ x s = XK / L``, ``Σ x (1-s) = X1 - XK / L``, and with ``x̂_i = a + step·k_i`` the loss
+needs ``Σ x x̂ = a·X1 + step·XK`` and ``Σ x̂² = d·a² + 2·a·step·K1 + step²·K2``.
+
+This is Lucene's arithmetic reassociated. The codes are Lucene's expression (clamp, scale,
+``floor(t + 0.5)``), so an interval gives the same codes; what differs are the last bits of
+the float64 sums (Lucene adds term by term in index order, Elasticsearch in float32 with FMA;
+spec §10). The closed-form loss subtracts from ``‖x‖²``, so its error is a few ulps of
+``‖x‖²`` rather than of the loss: a step that changes the loss by less than that is taken or
+refused by rounding, which moves the interval by a rounding-level amount. Through the float32
+rounding of ``a, b`` this rarely shows: on the shared MiniLM and word-vector sets every code,
+interval and correction is the one of the term-by-term sums, at 1, 2, 4 and 7 bits.
 """
 
 from __future__ import annotations
@@ -11,15 +42,23 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.core.errors import TypingError
+from numba.extending import intrinsic
 
 from .policy import kernel, parallel_kernel, prange
 
-__all__ = ["MINIMUM_MSE_GRID", "osq_quantize"]
+__all__ = ["LANES", "MINIMUM_MSE_GRID", "osq_quantize"]
 
 #: Half-widths of the MSE-optimal uniform quantizer of a standard normal, for 1..8 bits.
 MINIMUM_MSE_GRID = np.array(
     [0.798, 1.493, 2.051, 2.514, 2.916, 3.278, 3.611, 3.922], dtype=np.float64
 )
+
+#: Lanes of every row sum (one 8-wide vector; module docstring).
+LANES = 8
 
 
 @kernel(inline="always")
@@ -28,40 +67,302 @@ def _java_round(t):
     return math.floor(t + 0.5)
 
 
-@kernel(inline="always")
-def _grid_pass(x, a, b, levels, norm2, lam, sums, grid_points):
-    """One pass at interval [a, b]: the loss, and the normal-equation sums into ``sums``.
+# ------------------------------------------------------------------------------ lane loops (IR)
+_F32 = ir.FloatType()
+_F64 = ir.DoubleType()
+_I64 = ir.IntType(64)
+_V8F32 = ir.VectorType(_F32, LANES)
+_V8F64 = ir.VectorType(_F64, LANES)
 
-    Fusing the two (Lucene computes them in separate passes over the same codes) halves the
-    work of the optimizer without changing what it computes.
+
+def _splat(builder, value):
+    """An LLVM double (or a Python float) in all 8 lanes."""
+    if not isinstance(value, ir.Value):
+        return ir.Constant(_V8F64, [ir.Constant(_F64, value)] * LANES)
+    vec = builder.insert_element(ir.Constant(_V8F64, ir.Undefined), value, ir.Constant(_I64, 0))
+    mask = ir.Constant(ir.VectorType(ir.IntType(32), LANES), None)  # all lanes from lane 0
+    return builder.shuffle_vector(vec, vec, mask)
+
+
+def _vmin(builder, p, q):
+    # numba's min(p, q): p > q ? q : p (keeps p on ties, as the scalar code does)
+    return builder.select(builder.fcmp_ordered(">", p, q), q, p)
+
+
+def _vmax(builder, p, q):
+    # numba's max(p, q): p < q ? q : p
+    return builder.select(builder.fcmp_ordered("<", p, q), q, p)
+
+
+def _combine(builder, vec, op):
+    """``op(op(op(l0, l1), op(l2, l3)), op(op(l4, l5), op(l6, l7)))`` of an 8-lane vector."""
+    lanes = [builder.extract_element(vec, ir.Constant(_I64, j)) for j in range(LANES)]
+    while len(lanes) > 1:
+        lanes = [op(lanes[j], lanes[j + 1]) for j in range(0, len(lanes), 2)]
+    return lanes[0]
+
+
+def _check_rows(v, c):
+    """Typing guard: the lane loops load 8 float32 at a time from contiguous rows."""
+    for name, arr in (("v", v), ("c", c)):
+        ok = isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C"
+        if not (ok and arr.dtype == types.float32):
+            raise TypingError(f"{name} must be a C-contiguous 1-D float32 array, got {arr}")
+
+
+def _lane_loop(context, builder, signature, args, init, body):
+    """Emit ``for t in range(blocks)``, 8 elements of the float32 rows ``v`` and ``c`` each.
+
+    ``args[:3]`` are ``(v, c, blocks)``; ``init`` the start vectors of the accumulators;
+    ``body(v8, c8, x, accs)`` returns the new accumulators from the float32 vectors ``v8``,
+    ``c8`` and ``x = float64(v8 - c8)``. Returns the final accumulator vectors.
     """
+    v_arr, c_arr, n_blocks = args[:3]
+    v_ptr = context.make_array(signature.args[0])(context, builder, v_arr).data
+    c_ptr = context.make_array(signature.args[1])(context, builder, c_arr).data
+    accs = [cgutils.alloca_once_value(builder, vec) for vec in init]
+    with cgutils.for_range(builder, n_blocks) as loop:
+        at = builder.mul(loop.index, ir.Constant(_I64, LANES))
+        v8, c8 = (
+            builder.load(builder.bitcast(builder.gep(ptr, [at]), _V8F32.as_pointer()), align=4)
+            for ptr in (v_ptr, c_ptr)
+        )
+        x = builder.fpext(builder.fsub(v8, c8), _V8F64)
+        new = body(v8, c8, x, [builder.load(acc) for acc in accs])
+        for acc, vec in zip(accs, new, strict=True):
+            builder.store(vec, acc)
+    return [builder.load(acc) for acc in accs]
+
+
+@intrinsic
+def _lane_stats(typingctx, v, c, blocks):
+    """``(Σx, Σx², Σ v·c, min x, max x)`` over the first ``8 * blocks`` of ``x = v - c``.
+
+    Terms as in :func:`_row_stats` (``x`` the float32 difference, widened), lanes combined by
+    :func:`_combine`.
+    """
+    _check_rows(v, c)
+    sig = types.UniTuple(types.float64, 5)(v, c, types.intp)
+
+    def codegen(context, builder, signature, args):
+        zero = _splat(builder, 0.0)
+        init = [zero, zero, zero, _splat(builder, np.inf), _splat(builder, -np.inf)]
+
+        def body(v8, c8, x, accs):
+            total, norm2, cdot, xmin, xmax = accs
+            vc = builder.fmul(builder.fpext(v8, _V8F64), builder.fpext(c8, _V8F64))
+            return [
+                builder.fadd(total, x),
+                builder.fadd(norm2, builder.fmul(x, x)),
+                builder.fadd(cdot, vc),
+                _vmin(builder, xmin, x),
+                _vmax(builder, xmax, x),
+            ]
+
+        out = _lane_loop(context, builder, signature, args, init, body)
+        ops = [builder.fadd] * 3 + [lambda p, q: _vmin(builder, p, q)]
+        ops += [lambda p, q: _vmax(builder, p, q)]
+        values = [_combine(builder, vec, op) for vec, op in zip(out, ops, strict=True)]
+        return context.make_tuple(builder, signature.return_type, values)
+
+    return sig, codegen
+
+
+@intrinsic
+def _lane_var(typingctx, v, c, blocks, mean):
+    """``Σ (x - mean)²`` over the first ``8 * blocks`` of ``x = v - c``, in lanes."""
+    _check_rows(v, c)
+    sig = types.float64(v, c, types.intp, types.float64)
+
+    def codegen(context, builder, signature, args):
+        mean_v = _splat(builder, args[3])
+
+        def body(v8, c8, x, accs):
+            dev = builder.fsub(x, mean_v)
+            return [builder.fadd(accs[0], builder.fmul(dev, dev))]
+
+        (out,) = _lane_loop(context, builder, signature, args, [_splat(builder, 0.0)], body)
+        return _combine(builder, out, builder.fadd)
+
+    return sig, codegen
+
+
+@intrinsic
+def _lane_sums(typingctx, v, c, blocks, a, b, inv):
+    """``(Σ x·k, Σ k, Σ k²)`` over the first ``8 * blocks`` of ``x = v - c``, in lanes.
+
+    ``k = floor((min(max(x, a), b) - a) · inv + 0.5)``, as in :func:`_pass_sums`.
+    """
+    _check_rows(v, c)
+    f64 = types.float64
+    sig = types.UniTuple(f64, 3)(v, c, types.intp, f64, f64, f64)
+
+    def codegen(context, builder, signature, args):
+        a_v, b_v, inv_v = (_splat(builder, value) for value in args[3:])
+        half = _splat(builder, 0.5)
+        floor = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(_V8F64, [_V8F64]), "llvm.floor.v8f64"
+        )
+        zero = _splat(builder, 0.0)
+
+        def body(v8, c8, x, accs):
+            s, p, q = accs
+            clamped = _vmin(builder, _vmax(builder, x, a_v), b_v)
+            t = builder.fmul(builder.fsub(clamped, a_v), inv_v)
+            k = builder.call(floor, [builder.fadd(t, half)])
+            return [
+                builder.fadd(s, builder.fmul(x, k)),
+                builder.fadd(p, k),
+                builder.fadd(q, builder.fmul(k, k)),
+            ]
+
+        out = _lane_loop(context, builder, signature, args, [zero, zero, zero], body)
+        values = [_combine(builder, vec, builder.fadd) for vec in out]
+        return context.make_tuple(builder, signature.return_type, values)
+
+    return sig, codegen
+
+
+# ------------------------------------------------------------------------------ row kernels
+@kernel(inline="always")
+def _row_stats(v, c):
+    """``(Σx, Σx², <v, c>, min x, max x, Σ(x - mean)²)`` of ``x = v - c`` (lane sums).
+
+    Centring in float32, as Lucene does, then float64 terms: ``x``, ``x·x``, ``v·c``.
+    """
+    d = v.shape[0]
+    blocks = d // LANES
+    total, norm2, cdot, xmin, xmax = _lane_stats(v, c, blocks)
+    for i in range(blocks * LANES, d):  # the trailing d mod 8 terms, in order
+        xi = v[i] - c[i]
+        total += xi
+        norm2 += np.float64(xi) * xi
+        cdot += np.float64(v[i]) * c[i]
+        xmin = min(xmin, xi)
+        xmax = max(xmax, xi)
+    mean = total / d
+    var = _lane_var(v, c, blocks, mean)
+    for i in range(blocks * LANES, d):
+        dev = np.float64(v[i] - c[i]) - mean
+        var += dev * dev
+    return total, norm2, cdot, xmin, xmax, var
+
+
+@kernel(inline="always")
+def _pass_sums(v, c, a, b, inv):
+    """``(K1, K2, XK)`` of ``x = v - c`` at ``[a, b]``, ``inv = L / (b - a)`` (0 if b == a).
+
+    ``K1`` and ``K2`` hold integer values in float64 (exact below 2^53) until returned as int.
+    ``k`` is ``_java_round`` kept as a float: ``np.floor`` of the same expression.
+    """
+    d = v.shape[0]
+    blocks = d // LANES
+    xk, k1, k2 = _lane_sums(v, c, blocks, a, b, inv)
+    for i in range(blocks * LANES, d):  # the trailing d mod 8 terms, in order
+        x = np.float64(v[i] - c[i])
+        k = np.floor((min(max(x, a), b) - a) * inv + 0.5)
+        xk += x * k
+        k1 += k
+        k2 += k * k
+    return int(k1), int(k2), xk
+
+
+@kernel(inline="always")
+def _pass_terms(k1, k2, xk, a, b, d, lv, x1, x2, lam):
+    """Loss at ``[a, b]`` and the normal-equation sums, from one pass's ``(K1, K2, XK)``.
+
+    ``d`` dims, ``lv = L`` (int), ``x1 = Σx``, ``x2 = Σx² > 0``. Returns
+    ``(loss, daa, dab, dbb, dax, dbx)``; the integer numerators are exact in int64.
+    """
+    levels = float(lv)
+    ll = lv * lv
     step = (b - a) / levels
+    daa = (d * ll - 2 * lv * k1 + k2) / ll
+    dab = (lv * k1 - k2) / ll
+    dbb = k2 / ll
+    dbx = xk / levels
+    dax = x1 - dbx
+    sxq = a * x1 + step * xk  # Σ x x̂
+    sqq = d * a * a + 2.0 * a * step * k1 + step * step * k2  # Σ x̂²
+    xe = x2 - sxq  # Σ x (x - x̂)
+    e = x2 - 2.0 * sxq + sqq  # Σ (x - x̂)²
+    loss = (1.0 - lam) * xe * xe / x2 + lam * e
+    return loss, daa, dab, dbb, dax, dbx
+
+
+@kernel(inline="always")
+def _pass(v, c, a, b, lv, x1, x2, lam):
+    """One optimizer pass at ``[a, b]``: ``(loss, daa, dab, dbb, dax, dbx)``."""
+    levels = float(lv)
     inv = levels / (b - a) if b != a else 0.0
-    xe = 0.0
-    e = 0.0
-    daa = 0.0
-    dab = 0.0
-    dbb = 0.0
-    dax = 0.0
-    dbx = 0.0
-    for i in range(x.shape[0]):
-        xi = np.float64(x[i])
-        k = _java_round((min(max(xi, a), b) - a) * inv)
-        err = xi - (a + step * k)
-        xe += xi * err
-        e += err * err
-        s = grid_points[int(k)]  # == k / levels, looked up: a division per element is slow
-        daa += (1.0 - s) * (1.0 - s)
-        dab += (1.0 - s) * s
-        dbb += s * s
-        dax += xi * (1.0 - s)
-        dbx += xi * s
-    sums[0] = daa
-    sums[1] = dab
-    sums[2] = dbb
-    sums[3] = dax
-    sums[4] = dbx
-    return (1.0 - lam) * xe * xe / norm2 + lam * e
+    k1, k2, xk = _pass_sums(v, c, a, b, inv)
+    return _pass_terms(k1, k2, xk, a, b, v.shape[0], lv, x1, x2, lam)
+
+
+@kernel(inline="always")
+def _row_interval(v, c, bits, iters, lam):
+    """Statistics and optimized interval of one row ``x = v - c``: ``(a, b, norm2, cdot)``.
+
+    ``v``, ``c`` float32 [d] (a row and its centroid; strided views are copied); ``a``, ``b``
+    are float32 values held in float64, ``norm2 = ||v - c||²`` and ``cdot = <v, c>`` float64.
+    Shared by :func:`osq_quantize` and :func:`bbqlib._kernels.ivf.quantize_pairs`, which
+    differ only in where the centroid comes from and how the final codes are written.
+    """
+    v = np.ascontiguousarray(v)  # the same array when it is (a row of) a C array
+    c = np.ascontiguousarray(c)
+    d = v.shape[0]
+    lv = (1 << bits) - 1
+    grid = MINIMUM_MSE_GRID[bits - 1]
+    total, norm2, cdot, xmin, xmax, var = _row_stats(v, c)
+    mean = total / d
+    std = math.sqrt(var / d)
+    a = np.float64(np.float32(min(max(-grid * std + mean, xmin), xmax)))
+    b = np.float64(np.float32(min(max(grid * std + mean, xmin), xmax)))
+
+    if norm2 > 0.0 and iters > 0:
+        scale = (1.0 - lam) / norm2
+        best, daa, dab, dbb, dax, dbx = _pass(v, c, a, b, lv, total, norm2, lam)
+        for _ in range(iters):
+            m0 = scale * dax * dax + lam * daa
+            m1 = scale * dax * dbx + lam * dab
+            m2 = scale * dbx * dbx + lam * dbb
+            det = m0 * m2 - m1 * m1
+            if det == 0.0:
+                break
+            # the new ends are rounded to float32, as Lucene stores them
+            a_new = np.float64(np.float32((m2 * dax - m1 * dbx) / det))
+            b_new = np.float64(np.float32((m0 * dbx - m1 * dax) / det))
+            if abs(a - a_new) < 1e-8 and abs(b - b_new) < 1e-8:
+                break
+            loss, n_aa, n_ab, n_bb, n_ax, n_bx = _pass(v, c, a_new, b_new, lv, total, norm2, lam)
+            if loss > best:
+                break  # the worse interval is not accepted
+            a = a_new
+            b = b_new
+            best = loss
+            daa, dab, dbb, dax, dbx = n_aa, n_ab, n_bb, n_ax, n_bx
+    return a, b, norm2, cdot
+
+
+@kernel(inline="always")
+def _row_codes(v, c, a, b, levels, out):
+    """Final codes of ``x = v - c`` at ``[a, b]`` into ``out[:d]`` (uint8); returns ``Σk``.
+
+    ``round((clamp(x, a, b) - a) / step)``, Lucene's expression (a division, not the
+    optimizer's multiplication by ``1 / step``); no float sums, so the loop vectorizer packs it.
+    """
+    d = v.shape[0]
+    step = (b - a) / levels
+    if step == 0.0:
+        out[:d] = 0  # Java: round(NaN) == 0 when the interval collapses
+        return 0
+    ksum = 0
+    for i in range(d):
+        xi = np.float64(v[i] - c[i])
+        k = int(_java_round((min(max(xi, a), b) - a) / step))
+        out[i] = k
+        ksum += k
+    return ksum
 
 
 @parallel_kernel
@@ -77,68 +378,10 @@ def osq_quantize(
     lam : anisotropic weight (0.1); euclidean : additional = ||v-c||² if True else <v, c>
     codes : uint8 [n, d]; lower, upper, additional : float32 [n]; component_sum : int64 [n]
     """
-    n, d = X.shape
     levels = float((1 << bits) - 1)
-    grid = MINIMUM_MSE_GRID[bits - 1]
-    grid_points = np.arange(1 << bits).astype(np.float64) / levels
-    for r in prange(n):
-        x = np.empty(d, dtype=np.float32)
-        sums = np.empty(5, dtype=np.float64)
-        new_sums = np.empty(5, dtype=np.float64)
-        total = 0.0
-        norm2 = 0.0
-        cdot = 0.0
-        xmin = np.inf
-        xmax = -np.inf
-        for i in range(d):
-            # Centring in float32, as Lucene does, then float64 accumulation.
-            xi = X[r, i] - centroid[i]
-            x[i] = xi
-            total += xi
-            norm2 += np.float64(xi) * xi
-            cdot += np.float64(X[r, i]) * centroid[i]
-            xmin = min(xmin, xi)
-            xmax = max(xmax, xi)
-        mean = total / d
-        var = 0.0
-        for i in range(d):
-            var += (x[i] - mean) * (x[i] - mean)
-        std = math.sqrt(var / d)
-        a = np.float64(np.float32(min(max(-grid * std + mean, xmin), xmax)))
-        b = np.float64(np.float32(min(max(grid * std + mean, xmin), xmax)))
-
-        if norm2 > 0.0 and iters > 0:
-            scale = (1.0 - lam) / norm2
-            best = _grid_pass(x, a, b, levels, norm2, lam, sums, grid_points)
-            for _ in range(iters):
-                m0 = scale * sums[3] * sums[3] + lam * sums[0]
-                m1 = scale * sums[3] * sums[4] + lam * sums[1]
-                m2 = scale * sums[4] * sums[4] + lam * sums[2]
-                det = m0 * m2 - m1 * m1
-                if det == 0.0:
-                    break
-                a_new = np.float64(np.float32((m2 * sums[3] - m1 * sums[4]) / det))
-                b_new = np.float64(np.float32((m0 * sums[4] - m1 * sums[3]) / det))
-                if abs(a - a_new) < 1e-8 and abs(b - b_new) < 1e-8:
-                    break
-                loss = _grid_pass(x, a_new, b_new, levels, norm2, lam, new_sums, grid_points)
-                if loss > best:
-                    break
-                a = a_new
-                b = b_new
-                best = loss
-                sums[:] = new_sums
-
-        step = (b - a) / levels
-        ksum = 0
-        for i in range(d):
-            if step == 0.0:
-                k = 0  # Java: round(NaN) == 0 when the interval collapses
-            else:
-                k = int(_java_round((min(max(np.float64(x[i]), a), b) - a) / step))
-            codes[r, i] = k
-            ksum += k
+    for r in prange(X.shape[0]):
+        a, b, norm2, cdot = _row_interval(X[r], centroid, bits, iters, lam)
+        component_sum[r] = _row_codes(X[r], centroid, a, b, levels, codes[r])
         lower[r] = a
         upper[r] = b
         additional[r] = norm2 if euclidean else cdot
-        component_sum[r] = ksum
