@@ -11,7 +11,14 @@ import numpy as np
 
 from .encoding import padded_dim
 
-__all__ = ["pack_planes", "unpack_planes", "pack_bits", "plane_words", "lut_blocks"]
+__all__ = [
+    "pack_planes",
+    "unpack_planes",
+    "pack_bits",
+    "plane_words",
+    "lut_blocks",
+    "lut_block_starts",
+]
 
 
 def pack_bits(bits01: np.ndarray) -> np.ndarray:
@@ -54,17 +61,38 @@ def plane_words(packed: np.ndarray) -> np.ndarray:
     return packed.view(np.uint64)
 
 
-def lut_blocks(packed: np.ndarray, lanes: int = 32) -> np.ndarray:
-    """Packed plane rows [n, m] as blocks of ``lanes`` docs: uint8 [ceil(n / lanes), m * lanes].
+def lut_blocks(packed: np.ndarray, starts: np.ndarray | None = None, lanes: int = 32):
+    """Packed plane rows [n, m] as blocks of ``lanes`` docs: uint8 [n_blocks, m * lanes].
 
-    Byte ``i * lanes + j`` of block ``b`` is byte ``i`` of doc ``lanes * b + j`` (zero past the
-    last doc): the layout of the lookup-table scan (:mod:`bbqlib._kernels.lut`).
+    Byte ``i * lanes + j`` of a block is byte ``i`` of its ``j``-th doc, zero past the last doc:
+    the layout of the lookup-table scan (:mod:`bbqlib._kernels.lut`). With ``starts`` (int
+    [K + 1], row offsets of K consecutive groups, e.g. posting lists) every group starts a new
+    block, and ``(blocks, block_starts)`` is returned: group ``j`` fills blocks
+    ``block_starts[j] : block_starts[j + 1]``.
     """
     packed = np.asarray(packed, dtype=np.uint8)
     n, m = packed.shape
-    n_blocks = -(-n // lanes)
-    padded = np.zeros((n_blocks * lanes, m), dtype=np.uint8)
-    padded[:n] = packed
-    return np.ascontiguousarray(padded.reshape(n_blocks, lanes, m).transpose(0, 2, 1)).reshape(
-        n_blocks, m * lanes
-    )
+    if starts is None:
+        n_blocks = -(-n // lanes)
+        padded = np.zeros((n_blocks * lanes, m), dtype=np.uint8)
+        padded[:n] = packed
+    else:
+        starts = np.asarray(starts, dtype=np.int64)
+        block_starts = lut_block_starts(starts, lanes)
+        n_blocks = int(block_starts[-1])
+        sizes = np.diff(starts)
+        group = np.repeat(np.arange(sizes.size), sizes)
+        slots = block_starts[group] * lanes + (np.arange(n) - starts[group])
+        padded = np.zeros((n_blocks * lanes, m), dtype=np.uint8)
+        padded[slots] = packed
+    blocks = np.ascontiguousarray(padded.reshape(n_blocks, lanes, m).transpose(0, 2, 1))
+    blocks = blocks.reshape(n_blocks, m * lanes)
+    return blocks if starts is None else (blocks, block_starts)
+
+
+def lut_block_starts(starts: np.ndarray, lanes: int = 32) -> np.ndarray:
+    """First block of each group of rows (int64 [K + 1]) when every group starts a block."""
+    sizes = np.diff(np.asarray(starts, dtype=np.int64))
+    out = np.zeros(sizes.size + 1, dtype=np.int64)
+    np.cumsum(-(-sizes // lanes), out=out[1:])
+    return out

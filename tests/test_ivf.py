@@ -521,7 +521,7 @@ def test_save_open_round_trip(built, data, tmp_path):
     assert opened.verify()["lists"] == built.n_lists
     assert isinstance(opened._codes.base, np.memmap) or opened._codes.base is not None
     manifest = json.loads((tmp_path / "ix" / "MANIFEST").read_text())
-    assert manifest["magic"] == "bbqlib-ivf" and manifest["format_version"] == 1
+    assert manifest["magic"] == "bbqlib-ivf" and manifest["format_version"] == 2
 
 
 def test_path_mode_streams_and_serves_from_disk(data, tmp_path):

@@ -40,15 +40,17 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .policy import kernel, parallel_kernel, prange
-from .scoring import BLOCK, _offer_block
+from .scoring import BLOCK, _offer, _offer_block
 
 __all__ = [
     "LANES",
     "MAX_STEPS",
     "avx2_available",
     "build_tables",
+    "tables_from_codes",
     "lut_block_dot",
     "scan_lut",
+    "ivf_scan_lut",
 ]
 
 #: Docs per block (one byte lane each in a 256-bit register).
@@ -167,22 +169,38 @@ def lut_block_dot(block, tables, planes, pairs, out):
             _tables_avx2(block, code_off, tables, table_off, steps, out)
 
 
+#: ``_NIBBLE_MASK[u, v]`` is 0xFF where nibble pattern ``v % 16`` has bit ``3 - u`` set: a
+#: table is ``Σ_u y_u & mask_u``, 32 bytes at a time (LLVM vectorizes the loop).
+_NIBBLE_MASK = np.array(
+    [[0xFF if ((v % 16) >> (3 - u)) & 1 else 0 for v in range(2 * 16)] for u in range(4)],
+    dtype=np.uint8,
+)
+
+
+@kernel(inline="always")
+def tables_from_codes(y, pairs, out):
+    """One query's tables (module doc) from its integer codes ``y`` (uint8, >= 8 * pairs)."""
+    for t in range(2 * pairs):
+        first = 8 * (t >> 1) + (4 if (t & 1) == 0 else 0)
+        y0 = y[first]
+        y1 = y[first + 1]
+        y2 = y[first + 2]
+        y3 = y[first + 3]
+        base = 2 * 16 * t
+        for v in range(2 * 16):
+            out[base + v] = (
+                (y0 & _NIBBLE_MASK[0, v])
+                + (y1 & _NIBBLE_MASK[1, v])
+                + (y2 & _NIBBLE_MASK[2, v])
+                + (y3 & _NIBBLE_MASK[3, v])
+            )
+
+
 @parallel_kernel
 def build_tables(codes, pairs, out):
-    """Query tables (module doc) from integer query codes ``codes`` uint8 [nq, >= 8 * pairs]."""
+    """Tables uint8 [nq, 2 * pairs * 32] of query codes ``codes`` uint8 [nq, >= 8 * pairs]."""
     for q in prange(codes.shape[0]):
-        y = codes[q]
-        for p in range(pairs):
-            for nib in range(2):
-                base = (2 * p + nib) * LANES
-                first = 8 * p + (4 if nib == 0 else 0)
-                for v in range(16):
-                    s = 0
-                    for u in range(4):
-                        if (v >> (3 - u)) & 1:
-                            s += y[first + u]
-                    out[q, base + v] = s
-                    out[q, base + 16 + v] = s
+        tables_from_codes(codes[q], pairs, out[q])
 
 
 @kernel(inline="always")
@@ -259,3 +277,66 @@ def scan_lut(
                 worst = heap_keys[0]
                 if _tile_keys(dots, m, row0, cols, qf[q], dim, cc, is_l2, worst, tile_keys):
                     _offer_block(heap_keys, out_ids[c, q], tile_keys, m, row0, allowed, id_base)
+
+
+@parallel_kernel
+def ivf_scan_lut(
+    qb,
+    qf,
+    pair_list,
+    pair_start,
+    list_start,
+    list_block_start,
+    blocks,
+    df,
+    ids,
+    list_cc,
+    planes,
+    pairs,
+    dim,
+    is_l2,
+    allowed,
+    out_keys,
+    out_ids,
+):
+    """:func:`bbqlib._kernels.ivf.ivf_scan_planes` over per-list blocks (same heaps, same keys).
+
+    ``qb`` uint8 [P, >= 8 * pairs]: each pair's integer query codes (zero past ``dim``); the
+    pair's tables are built here, in a buffer that stays in L1. List ``j``'s entries
+    ``list_start[j] : list_start[j + 1]`` sit in ``blocks[list_block_start[j] :
+    list_block_start[j + 1]]``, 32 to a block in entry order (the last block zero-padded).
+    """
+    nq = pair_start.shape[0] - 1
+    use_mask = allowed.shape[0] > 0
+    cols = df.T
+    for q in prange(nq):
+        tables = np.empty(2 * pairs * LANES, dtype=np.uint8)
+        dots = np.empty(BLOCK, dtype=np.int32)
+        tile_keys = np.empty(BLOCK, dtype=np.float64)
+        keys = out_keys[q]
+        heap_ids = out_ids[q]
+        for p in range(pair_start[q], pair_start[q + 1]):
+            lst = pair_list[p]
+            tables_from_codes(qb[p], pairs, tables)
+            e0 = list_start[lst]
+            size = list_start[lst + 1] - e0
+            first_block = list_block_start[lst]
+            for t0 in range(0, size, BLOCK):
+                m = min(size - t0, BLOCK)
+                b0 = first_block + t0 // LANES
+                for bi in range((m + LANES - 1) // LANES):
+                    lut_block_dot(blocks[b0 + bi], tables, planes, pairs, dots[bi * LANES :])
+                worst = keys[0]
+                row0 = e0 + t0
+                if not _tile_keys(
+                    dots, m, row0, cols, qf[p], dim, list_cc[lst], is_l2, worst, tile_keys
+                ):
+                    continue
+                for j in range(m):
+                    key = tile_keys[j]
+                    if key >= worst:
+                        idx = ids[row0 + j]
+                        if use_mask and allowed[idx] == 0:
+                            continue
+                        _offer(keys, heap_ids, key, np.int64(idx))
+                        worst = keys[0]

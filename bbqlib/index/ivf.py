@@ -20,8 +20,9 @@ import numpy as np
 from .._kernels import ivf as KI
 from .._kernels import scoring as KS
 from .._validation import NotFittedError, check_k, check_vectors, prepare_for_similarity
-from ..encoding import Encoding, encoding_from_wire, get_encoding
+from ..encoding import Encoding, encoding_from_wire, get_encoding, padded_dim
 from ..io.container import CorruptFileError
+from ..packing import lut_block_starts, lut_blocks
 from ..scoring import rerank_exact
 from ..similarity import Similarity, resolve_similarity
 from . import ivf_build as B
@@ -374,11 +375,18 @@ class IVFIndex:
         self._live_cache = None
         self._live_per_list = None
 
-    def _set_postings(self, codes, factors, ids, list_start, *, crc=None, source=None) -> None:
+    def _set_postings(
+        self, codes, factors, ids, list_start, *, crc=None, source=None, lut_codes=None
+    ) -> None:
         self._codes = codes
         self._factors = factors
         self._ids = ids
         self._list_start = np.ascontiguousarray(list_start, dtype=np.int64)
+        # The lookup-table scan's copy of the codes: mapped from format-2 files, else made
+        # from the codes on first use (``_lut_layout``).
+        self._lut = None
+        if lut_codes is not None:
+            self._lut = (lut_codes, lut_block_starts(self._list_start))
         self._list_crc = crc
         self._postings_source = source  # the posting file these arrays map, if unchanged
         k = self._list_start.shape[0] - 1
@@ -680,6 +688,36 @@ class IVFIndex:
         weights = allowed[np.asarray(self._ids)].astype(np.float64)
         return np.bincount(self._entry_list, weights=weights, minlength=self._C.shape[0])
 
+    def _postings(self) -> dict:
+        """The posting arrays as stored: codes, factors, ids (and ``lut_codes`` if mapped)."""
+        out = {"codes": self._codes, "factors": self._factors, "ids": self._ids}
+        if self._lut is not None and self._postings_source is not None:
+            out["lut_codes"] = self._lut[0]
+        return out
+
+    def _postings_to_store(self) -> dict:
+        """Posting arrays of a new posting file (format 2: plane codes also as blocks)."""
+        out = {
+            "codes": np.asarray(self._codes),
+            "factors": np.asarray(self._factors),
+            "ids": np.asarray(self._ids),
+        }
+        if self._encoding.layout == "planes":
+            out["lut_codes"] = np.asarray(self._lut_layout()[0])
+        return out
+
+    def _lut_layout(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(blocks, block_starts)``: each list's codes in blocks of 32 (made once, kept)."""
+        if self._lut is None:
+            self._lut = lut_blocks(np.asarray(self._codes), self._list_start)
+        return self._lut
+
+    def _uses_lut(self) -> bool:
+        from .._kernels.lut import avx2_available
+
+        enc = self._encoding
+        return enc.layout == "planes" and enc.query_planes <= 4 and avx2_available()
+
     def _check_lists(self, pair_list: np.ndarray) -> None:
         """CRC32 of every list read for the first time (disk-backed indexes)."""
         if self._list_crc is None:
@@ -687,12 +725,7 @@ class IVFIndex:
         todo = np.unique(pair_list[~self._verified[pair_list]])
         if todo.size == 0:
             return
-        bad = ST.bad_lists(
-            {"codes": self._codes, "factors": self._factors, "ids": self._ids},
-            self._list_start,
-            self._list_crc,
-            todo,
-        )
+        bad = ST.bad_lists(self._postings(), self._list_start, self._list_crc, todo)
         if bad.size:
             raise CorruptFileError(
                 f"posting list {int(bad[0])} of the IVF index at {self._postings_source} fails "
@@ -715,11 +748,35 @@ class IVFIndex:
             p0, p1 = pair_start[q0], pair_start[q1]
             if p1 == p0:
                 continue
+            lut = self._uses_lut()
             qdata, qf = S.query_pair_codes(
-                Qt, self._C, pair_query[p0:p1], pair_list[p0:p1], enc, is_l2
+                Qt, self._C, pair_query[p0:p1], pair_list[p0:p1], enc, is_l2, lut=lut
             )
             local_start = pair_start[q0 : q1 + 1] - p0
-            if enc.layout == "planes":
+            if lut:
+                from .._kernels.lut import ivf_scan_lut
+
+                blocks, block_starts = self._lut_layout()
+                ivf_scan_lut(
+                    qdata,
+                    qf,
+                    pair_list[p0:p1],
+                    local_start,
+                    self._list_start,
+                    block_starts,
+                    blocks,
+                    self._factors,
+                    self._ids,
+                    self._list_cc,
+                    enc.doc_planes,
+                    padded_dim(self.dim_) // 8,
+                    self.dim_,
+                    is_l2,
+                    mask,
+                    keys[q0:q1],
+                    ids[q0:q1],
+                )
+            elif enc.layout == "planes":
                 words = enc.words_per_plane(self.dim_)
                 KI.ivf_scan_planes(
                     qdata,
@@ -850,13 +907,9 @@ class IVFIndex:
             crc = self._list_crc
             postings = Path(self._postings_source)
         else:
-            crc = ST.list_crcs(self._codes, self._factors, self._ids, self._list_start)
-            postings = {
-                "codes": np.asarray(self._codes),
-                "factors": np.asarray(self._factors),
-                "ids": np.asarray(self._ids),
-                "assignments": np.asarray(self._assign),
-            }
+            postings = self._postings_to_store()
+            crc = ST.list_crcs(postings, self._list_start)
+            postings["assignments"] = np.asarray(self._assign)
         t_params, arrays = self._header_arrays(crc)
         meta = self._meta()
         meta["transform"] = t_params
@@ -931,6 +984,15 @@ class IVFIndex:
                 f"posting file of {path} holds {codes.shape[0]} entries, the header records "
                 f"{n_entries}; the files do not belong together"
             )
+        lut_codes = postings.get("lut_codes")
+        if lut_codes is not None:
+            n_blocks = int(lut_block_starts(h["list_start"])[-1])
+            if lut_codes.shape != (n_blocks, codes.shape[1] * 32):
+                raise CorruptFileError(
+                    f"posting file of {path} holds lookup-table blocks of shape "
+                    f"{lut_codes.shape}, the lists need ({n_blocks}, {codes.shape[1] * 32}); "
+                    "the files do not belong together"
+                )
         self._set_postings(
             codes,
             factors,
@@ -938,6 +1000,7 @@ class IVFIndex:
             h["list_start"],
             crc=np.asarray(h["list_crc"]),
             source=path / meta["postings_file"],
+            lut_codes=lut_codes,
         )
         self._assign = postings["assignments"]
         self._set_deleted(

@@ -262,19 +262,23 @@ def encode_residuals(
     iters: int,
     *,
     planes: int = 0,
+    width: int | None = None,
 ):
     """OSQ of ``X[rows]`` against ``centroids[lists]`` (one row per pair), packed.
 
     Bit for bit what :func:`~bbqlib.quantizers.osq.quantize_rows` gives for each row and
     centroid (one fused numba kernel, no residual matrix). ``planes`` > 0 packs the codes into
-    that many bit planes (uint8 [m, planes * padded_dim / 8]); 0 keeps one byte per dimension.
+    that many bit planes (uint8 [m, planes * padded_dim / 8]); 0 keeps one byte per dimension
+    (``width`` >= d columns, the ones past d zero).
 
     Returns ``(codes, factors float64 [m, 4])`` with factor rows ``(a, l, Σk, add)``.
     """
     m = rows.shape[0]
     d = X.shape[1]
-    width = planes * padded_dim(d) // 8 if planes else d
-    codes = np.empty((m, width), dtype=np.uint8)
+    if planes:
+        codes = np.empty((m, planes * padded_dim(d) // 8), dtype=np.uint8)
+    else:
+        codes = np.zeros((m, d if width is None else width), dtype=np.uint8)
     factors = np.empty((m, 4), dtype=np.float64)
     KI.quantize_pairs(
         X,
@@ -292,15 +296,27 @@ def encode_residuals(
     return codes, factors
 
 
-def query_pair_codes(Qt, centroids, pair_query, pair_list, encoding: Encoding, is_l2: bool):
+def query_pair_codes(
+    Qt, centroids, pair_query, pair_list, encoding: Encoding, is_l2: bool, *, lut: bool = False
+):
     """Queries re-quantized against each visited list's centroid, 1 optimizer iteration.
 
     Returns ``(data, factors float64 [P, 4])``: uint64 plane words [P, qp * words] for plane
-    layouts, uint8 [P, d] for byte layouts.
+    layouts, uint8 [P, d] for byte layouts; with ``lut`` one code per byte padded with zeros
+    to ``padded_dim(d)`` (what the lookup-table scan builds its tables from).
     """
-    planes = encoding.query_bits if encoding.layout == "planes" else 0
+    d = Qt.shape[1]
+    planes = encoding.query_bits if encoding.layout == "planes" and not lut else 0
     codes, factors = encode_residuals(
-        Qt, pair_query, centroids, pair_list, encoding.query_bits, is_l2, 1, planes=planes
+        Qt,
+        pair_query,
+        centroids,
+        pair_list,
+        encoding.query_bits,
+        is_l2,
+        1,
+        planes=planes,
+        width=padded_dim(d) if lut else None,
     )
     return (codes.view(np.uint64) if planes else codes), factors
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..io.container import CorruptFileError, crc32_of, read_container, write_container
 from ..io.vectors import atomic_path
+from ..packing import lut_block_starts
 
 __all__ = [
     "MANIFEST",
@@ -45,7 +46,11 @@ __all__ = [
 
 MANIFEST = "MANIFEST"
 MAGIC = "bbqlib-ivf"
-FORMAT_VERSION = 1
+#: 2 adds ``lut_codes`` to the postings (the codes again, in blocks of 32 per list, for the
+#: lookup-table scan); format 1 indexes still open and serve.
+FORMAT_VERSION = 2
+#: Entries per lookup-table block.
+LUT_LANES = 32
 HEADER_KIND = "ivf_header"
 POSTINGS_KIND = "ivf_postings"
 _OWNED = re.compile(r"^(header\.\d+\.bbq|postings\.\d+\.bbq|vectors\.[0-9a-f]+\.npy)$")
@@ -78,19 +83,27 @@ def _crc(arr: np.ndarray, crc: int = 0) -> int:
     return crc
 
 
-def list_crc(codes, factors, ids, start: int, stop: int) -> int:
-    """CRC32 of one posting list: its codes, then factors, then ids, chained."""
-    crc = _crc(codes[start:stop])
-    crc = _crc(factors[start:stop], crc)
-    return _crc(ids[start:stop], crc)
+def list_crc(postings: dict, list_start: np.ndarray, j: int, block_starts=None) -> int:
+    """CRC32 of posting list ``j``: its codes, factors, ids and (format 2) lookup-table
+    blocks, chained in that order. ``block_starts``: ``lut_block_starts(list_start)``."""
+    start, stop = int(list_start[j]), int(list_start[j + 1])
+    crc = _crc(postings["codes"][start:stop])
+    crc = _crc(postings["factors"][start:stop], crc)
+    crc = _crc(postings["ids"][start:stop], crc)
+    if "lut_codes" in postings:
+        if block_starts is None:
+            block_starts = lut_block_starts(list_start, LUT_LANES)
+        crc = _crc(postings["lut_codes"][int(block_starts[j]) : int(block_starts[j + 1])], crc)
+    return crc
 
 
-def list_crcs(codes, factors, ids, list_start: np.ndarray) -> np.ndarray:
+def list_crcs(postings: dict, list_start: np.ndarray) -> np.ndarray:
     """CRC32 of every list (uint32 [K])."""
     k = list_start.shape[0] - 1
+    block_starts = lut_block_starts(list_start, LUT_LANES)
     out = np.empty(k, dtype=np.uint32)
     for j in range(k):  # once per list at save time, not on a search path
-        out[j] = list_crc(codes, factors, ids, int(list_start[j]), int(list_start[j + 1]))
+        out[j] = list_crc(postings, list_start, j, block_starts)
     return out
 
 
@@ -333,16 +346,10 @@ def verify_generation(directory) -> dict:
 def bad_lists(postings: dict, list_start: np.ndarray, crcs: np.ndarray, which=None) -> np.ndarray:
     """Ids of the lists (all, or ``which``) whose CRC32 does not match."""
     which = np.arange(crcs.size) if which is None else np.asarray(which)
+    block_starts = lut_block_starts(list_start, LUT_LANES)
     bad = [
         j
         for j in which  # first read of each list only (callers remember verified lists)
-        if list_crc(
-            postings["codes"],
-            postings["factors"],
-            postings["ids"],
-            int(list_start[j]),
-            int(list_start[j + 1]),
-        )
-        != int(crcs[j])
+        if list_crc(postings, list_start, j, block_starts) != int(crcs[j])
     ]
     return np.asarray(bad, dtype=np.int64)
