@@ -12,9 +12,10 @@ is a *lane sum*: lane ``j`` of 8 adds the terms ``8t + j`` in order, the lanes a
 ``((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))``, then the ``d mod 8`` trailing terms are
 added one by one. The order is fixed, so results do not depend on the machine or the thread
 count, and it is one 8-wide vector, so the loops run in SIMD registers without fastmath. They
-are written as LLVM vector IR (:func:`_lane_stats`, :func:`_lane_var`, :func:`_lane_sums`):
-numba compiles with the SLP vectorizer off, and the loop vectorizer may not reorder float
-sums. The row minimum and maximum are taken the same way (exact in any order).
+are written as LLVM vector IR (:func:`_lane_stats`, :func:`_lane_var`, :func:`_lane_sums`, on
+the loop of :mod:`bbqlib._kernels.lanes`): numba compiles with the SLP vectorizer off, and the
+loop vectorizer may not reorder float sums. The row minimum and maximum are taken the same
+way (exact in any order).
 
 One optimizer pass at an interval ``[a, b]`` reads the row once and keeps three sums of the
 codes ``k_i = round((clamp(x_i, a, b) - a) · L / (b - a))``, ``L = 2^bits - 1``:
@@ -45,9 +46,9 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
+from .lanes import LANES, V8F64, check_rows, combine, lane_loop, row_args, splat
 from .policy import kernel, parallel_kernel, prange
 
 __all__ = ["LANES", "MINIMUM_MSE_GRID", "osq_quantize"]
@@ -57,9 +58,6 @@ MINIMUM_MSE_GRID = np.array(
     [0.798, 1.493, 2.051, 2.514, 2.916, 3.278, 3.611, 3.922], dtype=np.float64
 )
 
-#: Lanes of every row sum (one 8-wide vector; module docstring).
-LANES = 8
-
 
 @kernel(inline="always")
 def _java_round(t):
@@ -68,22 +66,6 @@ def _java_round(t):
 
 
 # ------------------------------------------------------------------------------ lane loops (IR)
-_F32 = ir.FloatType()
-_F64 = ir.DoubleType()
-_I64 = ir.IntType(64)
-_V8F32 = ir.VectorType(_F32, LANES)
-_V8F64 = ir.VectorType(_F64, LANES)
-
-
-def _splat(builder, value):
-    """An LLVM double (or a Python float) in all 8 lanes."""
-    if not isinstance(value, ir.Value):
-        return ir.Constant(_V8F64, [ir.Constant(_F64, value)] * LANES)
-    vec = builder.insert_element(ir.Constant(_V8F64, ir.Undefined), value, ir.Constant(_I64, 0))
-    mask = ir.Constant(ir.VectorType(ir.IntType(32), LANES), None)  # all lanes from lane 0
-    return builder.shuffle_vector(vec, vec, mask)
-
-
 def _vmin(builder, p, q):
     # numba's min(p, q): p > q ? q : p (keeps p on ties, as the scalar code does)
     return builder.select(builder.fcmp_ordered(">", p, q), q, p)
@@ -94,44 +76,14 @@ def _vmax(builder, p, q):
     return builder.select(builder.fcmp_ordered("<", p, q), q, p)
 
 
-def _combine(builder, vec, op):
-    """``op(op(op(l0, l1), op(l2, l3)), op(op(l4, l5), op(l6, l7)))`` of an 8-lane vector."""
-    lanes = [builder.extract_element(vec, ir.Constant(_I64, j)) for j in range(LANES)]
-    while len(lanes) > 1:
-        lanes = [op(lanes[j], lanes[j + 1]) for j in range(0, len(lanes), 2)]
-    return lanes[0]
-
-
 def _check_rows(v, c):
-    """Typing guard: the lane loops load 8 float32 at a time from contiguous rows."""
-    for name, arr in (("v", v), ("c", c)):
-        ok = isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C"
-        if not (ok and arr.dtype == types.float32):
-            raise TypingError(f"{name} must be a C-contiguous 1-D float32 array, got {arr}")
+    """Typing guard: ``v`` and ``c`` C-contiguous 1-D float32 (the lane loops' rows)."""
+    check_rows((types.float32,), v=v, c=c)
 
 
-def _lane_loop(context, builder, signature, args, init, body):
-    """Emit ``for t in range(blocks)``, 8 elements of the float32 rows ``v`` and ``c`` each.
-
-    ``args[:3]`` are ``(v, c, blocks)``; ``init`` the start vectors of the accumulators;
-    ``body(v8, c8, x, accs)`` returns the new accumulators from the float32 vectors ``v8``,
-    ``c8`` and ``x = float64(v8 - c8)``. Returns the final accumulator vectors.
-    """
-    v_arr, c_arr, n_blocks = args[:3]
-    v_ptr = context.make_array(signature.args[0])(context, builder, v_arr).data
-    c_ptr = context.make_array(signature.args[1])(context, builder, c_arr).data
-    accs = [cgutils.alloca_once_value(builder, vec) for vec in init]
-    with cgutils.for_range(builder, n_blocks) as loop:
-        at = builder.mul(loop.index, ir.Constant(_I64, LANES))
-        v8, c8 = (
-            builder.load(builder.bitcast(builder.gep(ptr, [at]), _V8F32.as_pointer()), align=4)
-            for ptr in (v_ptr, c_ptr)
-        )
-        x = builder.fpext(builder.fsub(v8, c8), _V8F64)
-        new = body(v8, c8, x, [builder.load(acc) for acc in accs])
-        for acc, vec in zip(accs, new, strict=True):
-            builder.store(vec, acc)
-    return [builder.load(acc) for acc in accs]
+def _centred(builder, v8, c8):
+    """``x = float64(v8 - c8)``: centring in float32, as Lucene does, then widened."""
+    return builder.fpext(builder.fsub(v8, c8), V8F64)
 
 
 @intrinsic
@@ -139,18 +91,20 @@ def _lane_stats(typingctx, v, c, blocks):
     """``(Σx, Σx², Σ v·c, min x, max x)`` over the first ``8 * blocks`` of ``x = v - c``.
 
     Terms as in :func:`_row_stats` (``x`` the float32 difference, widened), lanes combined by
-    :func:`_combine`.
+    :func:`~bbqlib._kernels.lanes.combine`.
     """
     _check_rows(v, c)
     sig = types.UniTuple(types.float64, 5)(v, c, types.intp)
 
     def codegen(context, builder, signature, args):
-        zero = _splat(builder, 0.0)
-        init = [zero, zero, zero, _splat(builder, np.inf), _splat(builder, -np.inf)]
+        zero = splat(builder, 0.0)
+        init = [zero, zero, zero, splat(builder, np.inf), splat(builder, -np.inf)]
 
-        def body(v8, c8, x, accs):
+        def body(vecs, accs):
+            v8, c8 = vecs
+            x = _centred(builder, v8, c8)
             total, norm2, cdot, xmin, xmax = accs
-            vc = builder.fmul(builder.fpext(v8, _V8F64), builder.fpext(c8, _V8F64))
+            vc = builder.fmul(builder.fpext(v8, V8F64), builder.fpext(c8, V8F64))
             return [
                 builder.fadd(total, x),
                 builder.fadd(norm2, builder.fmul(x, x)),
@@ -159,10 +113,10 @@ def _lane_stats(typingctx, v, c, blocks):
                 _vmax(builder, xmax, x),
             ]
 
-        out = _lane_loop(context, builder, signature, args, init, body)
+        out = lane_loop(context, builder, row_args(signature, args, 2), args[2], init, body)
         ops = [builder.fadd] * 3 + [lambda p, q: _vmin(builder, p, q)]
         ops += [lambda p, q: _vmax(builder, p, q)]
-        values = [_combine(builder, vec, op) for vec, op in zip(out, ops, strict=True)]
+        values = [combine(builder, vec, op) for vec, op in zip(out, ops, strict=True)]
         return context.make_tuple(builder, signature.return_type, values)
 
     return sig, codegen
@@ -175,14 +129,17 @@ def _lane_var(typingctx, v, c, blocks, mean):
     sig = types.float64(v, c, types.intp, types.float64)
 
     def codegen(context, builder, signature, args):
-        mean_v = _splat(builder, args[3])
+        mean_v = splat(builder, args[3])
 
-        def body(v8, c8, x, accs):
-            dev = builder.fsub(x, mean_v)
+        def body(vecs, accs):
+            v8, c8 = vecs
+            dev = builder.fsub(_centred(builder, v8, c8), mean_v)
             return [builder.fadd(accs[0], builder.fmul(dev, dev))]
 
-        (out,) = _lane_loop(context, builder, signature, args, [_splat(builder, 0.0)], body)
-        return _combine(builder, out, builder.fadd)
+        (out,) = lane_loop(
+            context, builder, row_args(signature, args, 2), args[2], [splat(builder, 0.0)], body
+        )
+        return combine(builder, out, builder.fadd)
 
     return sig, codegen
 
@@ -198,14 +155,16 @@ def _lane_sums(typingctx, v, c, blocks, a, b, inv):
     sig = types.UniTuple(f64, 3)(v, c, types.intp, f64, f64, f64)
 
     def codegen(context, builder, signature, args):
-        a_v, b_v, inv_v = (_splat(builder, value) for value in args[3:])
-        half = _splat(builder, 0.5)
+        a_v, b_v, inv_v = (splat(builder, value) for value in args[3:])
+        half = splat(builder, 0.5)
         floor = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(_V8F64, [_V8F64]), "llvm.floor.v8f64"
+            builder.module, ir.FunctionType(V8F64, [V8F64]), "llvm.floor.v8f64"
         )
-        zero = _splat(builder, 0.0)
+        zero = splat(builder, 0.0)
 
-        def body(v8, c8, x, accs):
+        def body(vecs, accs):
+            v8, c8 = vecs
+            x = _centred(builder, v8, c8)
             s, p, q = accs
             clamped = _vmin(builder, _vmax(builder, x, a_v), b_v)
             t = builder.fmul(builder.fsub(clamped, a_v), inv_v)
@@ -216,8 +175,10 @@ def _lane_sums(typingctx, v, c, blocks, a, b, inv):
                 builder.fadd(q, builder.fmul(k, k)),
             ]
 
-        out = _lane_loop(context, builder, signature, args, [zero, zero, zero], body)
-        values = [_combine(builder, vec, builder.fadd) for vec in out]
+        out = lane_loop(
+            context, builder, row_args(signature, args, 2), args[2], [zero, zero, zero], body
+        )
+        values = [combine(builder, vec, builder.fadd) for vec in out]
         return context.make_tuple(builder, signature.return_type, values)
 
     return sig, codegen
