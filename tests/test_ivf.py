@@ -88,6 +88,20 @@ def _random_lists(rng, K, d, encoding, n_ids):
     return codes, df, ids, start
 
 
+def _random_visits(rng, K, nq, d, encoding):
+    """Each query visits a random subset of the K lists; a random quantized query per pair."""
+    visits = [rng.permutation(K)[: rng.integers(1, K + 1)] for _ in range(nq)]
+    pair_list = np.concatenate(visits).astype(np.int32)
+    pair_start = np.zeros(nq + 1, np.int64)
+    np.cumsum([len(v) for v in visits], out=pair_start[1:])
+    P = pair_list.size
+    q_codes = rng.integers(0, 2**encoding.query_bits, (P, d)).astype(np.uint8)
+    qf = np.column_stack(
+        [rng.normal(size=P), rng.uniform(0.01, 1, P), q_codes.sum(1), rng.normal(size=P)]
+    )
+    return pair_list, pair_start, q_codes, qf
+
+
 @pytest.mark.parametrize("d", DIMS)
 @pytest.mark.parametrize("doc_bits", [1, 2, 4, 7])
 def test_scan_kernel_matches_reference(d, doc_bits):
@@ -96,15 +110,7 @@ def test_scan_kernel_matches_reference(d, doc_bits):
     K, nq, n_ids, k = 9, 5, 1500, 7
     codes, df, ids, start = _random_lists(rng, K, d, enc, n_ids)
     cc = rng.uniform(0, 2, K)
-    visits = [rng.permutation(K)[: rng.integers(1, K + 1)] for _ in range(nq)]
-    pair_list = np.concatenate(visits).astype(np.int32)
-    pair_start = np.zeros(nq + 1, np.int64)
-    np.cumsum([len(v) for v in visits], out=pair_start[1:])
-    P = pair_list.size
-    q_codes = rng.integers(0, 2**enc.query_bits, (P, d)).astype(np.uint8)
-    qf = np.column_stack(
-        [rng.normal(size=P), rng.uniform(0.01, 1, P), q_codes.sum(1), rng.normal(size=P)]
-    )
+    pair_list, pair_start, q_codes, qf = _random_visits(rng, K, nq, d, enc)
     allowed = (rng.random(n_ids) < 0.7).astype(np.uint8)
     for is_l2 in (False, True):
         for mask in (None, allowed):

@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 from reference.ivf import scan_reference
-from test_ivf import _postings, _random_lists, _section, blobs
+from test_ivf import _postings, _random_lists, _random_visits, _section, blobs
 
 from bbqlib import CorruptFileError, IVFIndex
 from bbqlib._kernels import lut as L
@@ -41,17 +41,9 @@ def test_lut_scan_kernel_matches_reference(d, doc_bits, numba_threads):
     K, nq, n_ids, k = 9, 6, 1500, 7
     codes, df, ids, start = _random_lists(rng, K, d, enc, n_ids)
     cc = rng.uniform(0, 2, K)
-    visits = [rng.permutation(K)[: rng.integers(1, K + 1)] for _ in range(nq)]
-    pair_list = np.concatenate(visits).astype(np.int32)
-    pair_start = np.zeros(nq + 1, np.int64)
-    np.cumsum([len(v) for v in visits], out=pair_start[1:])
-    P = pair_list.size
-    q_codes = rng.integers(0, 2**enc.query_bits, (P, d)).astype(np.uint8)
-    q_padded = np.zeros((P, padded_dim(d)), np.uint8)
+    pair_list, pair_start, q_codes, qf = _random_visits(rng, K, nq, d, enc)
+    q_padded = np.zeros((pair_list.size, padded_dim(d)), np.uint8)
     q_padded[:, :d] = q_codes
-    qf = np.column_stack(
-        [rng.normal(size=P), rng.uniform(0.01, 1, P), q_codes.sum(1), rng.normal(size=P)]
-    )
     blocks, block_starts = lut_blocks(pack_planes(codes, enc.doc_bits), start)
     allowed = (rng.random(n_ids) < 0.7).astype(np.uint8)
     for threads in (1, 2):

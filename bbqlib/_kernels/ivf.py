@@ -30,7 +30,16 @@ import numpy as np
 
 from .osq import _row_codes, _row_interval
 from .policy import parallel_kernel, prange
-from .scoring import BLOCK, EMPTY_ID, _block_keys, _offer, byte_dot, plane_dot, plane_dot_q4
+from .scoring import (
+    BLOCK,
+    EMPTY_ID,
+    _block_keys,
+    _offer,
+    _offer_entries,
+    byte_dot,
+    plane_dot,
+    plane_dot_q4,
+)
 
 __all__ = [
     "ivf_scan_planes",
@@ -66,7 +75,6 @@ def ivf_scan_planes(
 ):
     """Heap of the best entries per query over its visited lists (plane layout)."""
     nq = pair_start.shape[0] - 1
-    use_mask = allowed.shape[0] > 0
     for q in prange(nq):
         dots = np.empty(BLOCK, dtype=np.int64)
         block_keys = np.empty(BLOCK, dtype=np.float64)
@@ -86,15 +94,7 @@ def ivf_scan_planes(
                     for j in range(m):
                         dots[j] = plane_dot(query, dw[b0 + j], qp, dp, words)
                 _block_keys(dots, m, b0, df, qf[p], dim, cc, is_l2, block_keys)
-                worst = keys[0]
-                for j in range(m):
-                    key = block_keys[j]
-                    if key >= worst:
-                        idx = ids[b0 + j]
-                        if use_mask and allowed[idx] == 0:
-                            continue
-                        _offer(keys, heap_ids, key, np.int64(idx))
-                        worst = keys[0]
+                _offer_entries(keys, heap_ids, block_keys, m, b0, ids, allowed)
 
 
 @parallel_kernel
@@ -116,7 +116,6 @@ def ivf_scan_bytes(
 ):
     """Heap of the best entries per query over its visited lists (byte layout, 7/8-bit)."""
     nq = pair_start.shape[0] - 1
-    use_mask = allowed.shape[0] > 0
     for q in prange(nq):
         dots = np.empty(BLOCK, dtype=np.int64)
         block_keys = np.empty(BLOCK, dtype=np.float64)
@@ -132,15 +131,7 @@ def ivf_scan_bytes(
                 for j in range(m):
                     dots[j] = byte_dot(query, db[b0 + j])
                 _block_keys(dots, m, b0, df, qf[p], dim, cc, is_l2, block_keys)
-                worst = keys[0]
-                for j in range(m):
-                    key = block_keys[j]
-                    if key >= worst:
-                        idx = ids[b0 + j]
-                        if use_mask and allowed[idx] == 0:
-                            continue
-                        _offer(keys, heap_ids, key, np.int64(idx))
-                        worst = keys[0]
+                _offer_entries(keys, heap_ids, block_keys, m, b0, ids, allowed)
 
 
 @parallel_kernel

@@ -40,7 +40,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .policy import kernel, parallel_kernel, prange
-from .scoring import BLOCK, _offer, _offer_block
+from .scoring import BLOCK, _offer_block, _offer_entries
 
 __all__ = [
     "LANES",
@@ -307,7 +307,6 @@ def ivf_scan_lut(
     list_block_start[j + 1]]``, 32 to a block in entry order (the last block zero-padded).
     """
     nq = pair_start.shape[0] - 1
-    use_mask = allowed.shape[0] > 0
     cols = df.T
     for q in prange(nq):
         tables = np.empty(2 * pairs * LANES, dtype=np.uint8)
@@ -326,17 +325,8 @@ def ivf_scan_lut(
                 b0 = first_block + t0 // LANES
                 for bi in range((m + LANES - 1) // LANES):
                     lut_block_dot(blocks[b0 + bi], tables, planes, pairs, dots[bi * LANES :])
-                worst = keys[0]
                 row0 = e0 + t0
-                if not _tile_keys(
-                    dots, m, row0, cols, qf[p], dim, list_cc[lst], is_l2, worst, tile_keys
+                if _tile_keys(
+                    dots, m, row0, cols, qf[p], dim, list_cc[lst], is_l2, keys[0], tile_keys
                 ):
-                    continue
-                for j in range(m):
-                    key = tile_keys[j]
-                    if key >= worst:
-                        idx = ids[row0 + j]
-                        if use_mask and allowed[idx] == 0:
-                            continue
-                        _offer(keys, heap_ids, key, np.int64(idx))
-                        worst = keys[0]
+                    _offer_entries(keys, heap_ids, tile_keys, m, row0, ids, allowed)

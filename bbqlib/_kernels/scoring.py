@@ -224,6 +224,22 @@ def _offer_block(keys, ids, block_keys, m, b0, allowed, id_base):
             worst = keys[0]
 
 
+@kernel(inline="always")
+def _offer_entries(keys, heap_ids, block_keys, m, row0, ids, allowed):
+    """Offer posting entries ``row0 .. row0 + m`` (their ids ``ids[row]``, filtered by the
+    uint8 mask ``allowed`` over ids unless it is empty) to the heap ``keys`` / ``heap_ids``."""
+    use_mask = allowed.shape[0] > 0
+    worst = keys[0]
+    for j in range(m):
+        key = block_keys[j]
+        if key >= worst:
+            idx = ids[row0 + j]
+            if use_mask and allowed[idx] == 0:
+                continue
+            _offer(keys, heap_ids, key, np.int64(idx))
+            worst = keys[0]
+
+
 @parallel_kernel(vectorize=False)
 def scan_planes(qw, qf, dw, df, qp, dp, words, dim, cc, is_l2, allowed, id_base, out_keys, out_ids):
     n = dw.shape[0]
