@@ -129,10 +129,36 @@ def test_format_2_files_carry_checked_blocks(vectors, tmp_path):
         f.seek(offset)
         f.write(bytes([b[0] ^ 0x01]))
     damaged = IVFIndex.open(tmp_path / "ix")
-    with pytest.raises(CorruptFileError, match=f"posting list {j}"):
-        damaged.search(Q[:1], 10)
+    if L.avx2_available():  # the blocks are what this search reads
+        with pytest.raises(CorruptFileError, match=f"posting list {j}"):
+            damaged.search(Q[:1], 10)
     with pytest.raises(CorruptFileError, match="CRC"):
         damaged.verify()
+
+
+@needs_avx2
+def test_lookup_table_search_reads_and_checks_no_row_codes(vectors, tmp_path):
+    """Serving from the blocks: a damaged row code does not affect searches (they never read
+    the row codes, so cold-cache serving pages in only blocks, factors and ids); verify
+    still finds it."""
+    X, Q = vectors
+    index = IVFIndex(bits=1, similarity="cosine", cluster_size=64)
+    index.add(X)
+    expected = index.search(Q, 10, visit_percentage=100.0)
+    index.save(tmp_path / "ix")
+    postings = _postings(tmp_path / "ix")
+    offset = _section(postings, "codes")["offset"] + 5
+    with open(postings, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ 0x04]))
+    opened = IVFIndex.open(tmp_path / "ix")
+    got = opened.search(Q, 10, visit_percentage=100.0)
+    np.testing.assert_array_equal(got[1], expected[1])
+    assert opened._verified_blocks.all() and not opened._verified.any()
+    with pytest.raises(CorruptFileError, match="CRC"):
+        opened.verify()
 
 
 def test_format_1_files_open_and_serve(vectors, tmp_path, monkeypatch):

@@ -376,7 +376,16 @@ class IVFIndex:
         self._live_per_list = None
 
     def _set_postings(
-        self, codes, factors, ids, list_start, *, crc=None, source=None, lut_codes=None
+        self,
+        codes,
+        factors,
+        ids,
+        list_start,
+        *,
+        crc=None,
+        source=None,
+        lut_codes=None,
+        lut_crc=None,
     ) -> None:
         self._codes = codes
         self._factors = factors
@@ -388,9 +397,11 @@ class IVFIndex:
         if lut_codes is not None:
             self._lut = (lut_codes, lut_block_starts(self._list_start))
         self._list_crc = crc
+        self._list_lut_crc = lut_crc  # format 2: over each list's blocks, factors and ids
         self._postings_source = source  # the posting file these arrays map, if unchanged
         k = self._list_start.shape[0] - 1
         self._verified = np.full(k, crc is None, dtype=bool)
+        self._verified_blocks = np.full(k, lut_crc is None, dtype=bool)
         self._entry_list = None
         self._live_cache = None
         self._live_per_list = None
@@ -719,20 +730,27 @@ class IVFIndex:
         return enc.layout == "planes" and enc.query_planes <= 4 and avx2_available()
 
     def _check_lists(self, pair_list: np.ndarray) -> None:
-        """CRC32 of every list read for the first time (disk-backed indexes)."""
+        """CRC32 of every list read for the first time (disk-backed indexes): of the data the
+        scan reads, the mapped lookup-table blocks or the codes."""
         if self._list_crc is None:
             return
-        todo = np.unique(pair_list[~self._verified[pair_list]])
+        blocks = self._list_lut_crc is not None and self._uses_lut()
+        crcs, verified = (
+            (self._list_lut_crc, self._verified_blocks)
+            if blocks
+            else (self._list_crc, self._verified)
+        )
+        todo = np.unique(pair_list[~verified[pair_list]])
         if todo.size == 0:
             return
-        bad = ST.bad_lists(self._postings(), self._list_start, self._list_crc, todo)
+        bad = ST.bad_lists(self._postings(), self._list_start, crcs, todo, blocks=blocks)
         if bad.size:
             raise CorruptFileError(
                 f"posting list {int(bad[0])} of the IVF index at {self._postings_source} fails "
                 f"its CRC32 ({bad.size} bad list(s) among those read): the file is corrupted; "
                 "rebuild the index or restore the file"
             )
-        self._verified[todo] = True
+        verified[todo] = True
 
     def _scan(self, Qt, pair_list, pair_query, pair_start, heap, allowed):
         nq = Qt.shape[0]
@@ -865,7 +883,7 @@ class IVFIndex:
         }
         return meta
 
-    def _header_arrays(self, crc: np.ndarray) -> tuple[dict, dict]:
+    def _header_arrays(self, crc: np.ndarray, lut_crc: np.ndarray | None) -> tuple[dict, dict]:
         t = self._table
         arrays = {
             "centroids": self._C,
@@ -876,6 +894,8 @@ class IVFIndex:
             "list_crc": crc,
             "deleted": np.packbits(self._deleted, bitorder="little"),
         }
+        if lut_crc is not None:
+            arrays["list_lut_crc"] = lut_crc
         if t.has_parents:
             arrays.update(
                 parent_codes=t.parent_codes,
@@ -904,13 +924,16 @@ class IVFIndex:
             path = self.path
         path = Path(path)
         if self._list_crc is not None and self._postings_source is not None:
-            crc = self._list_crc
+            crc, lut_crc = self._list_crc, self._list_lut_crc
             postings = Path(self._postings_source)
         else:
             postings = self._postings_to_store()
             crc = ST.list_crcs(postings, self._list_start)
+            lut_crc = None
+            if "lut_codes" in postings:
+                lut_crc = ST.list_crcs(postings, self._list_start, blocks=True)
             postings["assignments"] = np.asarray(self._assign)
-        t_params, arrays = self._header_arrays(crc)
+        t_params, arrays = self._header_arrays(crc, lut_crc)
         meta = self._meta()
         meta["transform"] = t_params
         _, stored = ST.save_generation(path, meta, arrays, postings, self._segments)
@@ -986,6 +1009,11 @@ class IVFIndex:
             )
         lut_codes = postings.get("lut_codes")
         if lut_codes is not None:
+            if "list_lut_crc" not in h:
+                raise CorruptFileError(
+                    f"the header of {path} has no CRC32s for the lookup-table blocks of its "
+                    "posting file; the files do not belong together"
+                )
             n_blocks = int(lut_block_starts(h["list_start"])[-1])
             if lut_codes.shape != (n_blocks, codes.shape[1] * 32):
                 raise CorruptFileError(
@@ -1001,6 +1029,7 @@ class IVFIndex:
             crc=np.asarray(h["list_crc"]),
             source=path / meta["postings_file"],
             lut_codes=lut_codes,
+            lut_crc=None if lut_codes is None else np.asarray(h["list_lut_crc"]),
         )
         self._assign = postings["assignments"]
         self._set_deleted(
@@ -1019,6 +1048,7 @@ class IVFIndex:
         if self._list_crc is not None and self._postings_source is not None:
             out = ST.verify_generation(Path(self._postings_source).parent)
             self._verified[:] = True
+            self._verified_blocks[:] = True
             return out
         start = self._list_start
         if start[0] != 0 or np.any(np.diff(start) < 0) or start[-1] != self._ids.shape[0]:

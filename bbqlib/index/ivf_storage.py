@@ -10,8 +10,8 @@ See ``docs/ivf-format.md`` for the full description. In short::
 A save writes every file of the new generation (each atomically: temporary file, fsync,
 rename), then swaps ``MANIFEST`` atomically, then deletes files no generation references.
 A crash at any point leaves a ``MANIFEST`` naming a complete generation. Posting lists carry a
-CRC32 each (over the list's codes, factors and ids), checked the first time a list is read and
-by :func:`verify`.
+CRC32 each (over the list's codes, factors and ids; format 2 adds one over its lookup-table
+blocks, factors and ids), checked the first time a search reads the list and by :func:`verify`.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ __all__ = [
 MANIFEST = "MANIFEST"
 MAGIC = "bbqlib-ivf"
 #: 2 adds ``lut_codes`` to the postings (the codes again, in blocks of 32 per list, for the
-#: lookup-table scan); format 1 indexes still open and serve.
+#: lookup-table scan) with their own per-list CRC32 (``list_lut_crc`` in the header);
+#: format 1 indexes still open and serve.
 FORMAT_VERSION = 2
 #: Entries per lookup-table block.
 LUT_LANES = 32
@@ -83,27 +84,32 @@ def _crc(arr: np.ndarray, crc: int = 0) -> int:
     return crc
 
 
-def list_crc(postings: dict, list_start: np.ndarray, j: int, block_starts=None) -> int:
-    """CRC32 of posting list ``j``: its codes, factors, ids and (format 2) lookup-table
-    blocks, chained in that order. ``block_starts``: ``lut_block_starts(list_start)``."""
+def list_crc(
+    postings: dict, list_start: np.ndarray, j: int, block_starts=None, *, blocks: bool = False
+) -> int:
+    """CRC32 of posting list ``j``: its codes, factors and ids, chained in that order.
+
+    ``blocks=True``: over its lookup-table blocks (format 2, ``lut_codes``) instead of its
+    codes, the data a lookup-table search reads. ``block_starts``: ``lut_block_starts``.
+    """
     start, stop = int(list_start[j]), int(list_start[j + 1])
-    crc = _crc(postings["codes"][start:stop])
-    crc = _crc(postings["factors"][start:stop], crc)
-    crc = _crc(postings["ids"][start:stop], crc)
-    if "lut_codes" in postings:
+    if blocks:
         if block_starts is None:
             block_starts = lut_block_starts(list_start, LUT_LANES)
-        crc = _crc(postings["lut_codes"][int(block_starts[j]) : int(block_starts[j + 1])], crc)
-    return crc
+        crc = _crc(postings["lut_codes"][int(block_starts[j]) : int(block_starts[j + 1])])
+    else:
+        crc = _crc(postings["codes"][start:stop])
+    crc = _crc(postings["factors"][start:stop], crc)
+    return _crc(postings["ids"][start:stop], crc)
 
 
-def list_crcs(postings: dict, list_start: np.ndarray) -> np.ndarray:
-    """CRC32 of every list (uint32 [K])."""
+def list_crcs(postings: dict, list_start: np.ndarray, *, blocks: bool = False) -> np.ndarray:
+    """CRC32 of every list (uint32 [K]); ``blocks`` as in :func:`list_crc`."""
     k = list_start.shape[0] - 1
     block_starts = lut_block_starts(list_start, LUT_LANES)
     out = np.empty(k, dtype=np.uint32)
     for j in range(k):  # once per list at save time, not on a search path
-        out[j] = list_crc(postings, list_start, j, block_starts)
+        out[j] = list_crc(postings, list_start, j, block_starts, blocks=blocks)
     return out
 
 
@@ -326,12 +332,15 @@ def verify_generation(directory) -> dict:
     """Check every checksum of the current generation; raise ``CorruptFileError`` if one fails."""
     directory = Path(directory)
     meta, header, postings, segments = open_generation(directory)
-    bad = bad_lists(postings, header["list_start"], header["list_crc"])
-    if bad.size:
-        raise CorruptFileError(
-            f"posting file {directory / meta['postings_file']} is corrupted: {bad.size} "
-            f"list(s) fail their CRC32 (first: list {bad[0]}); rebuild the index"
-        )
+    for crcs, blocks in ((header["list_crc"], False), (header.get("list_lut_crc"), True)):
+        if crcs is None:
+            continue
+        bad = bad_lists(postings, header["list_start"], crcs, blocks=blocks)
+        if bad.size:
+            raise CorruptFileError(
+                f"posting file {directory / meta['postings_file']} is corrupted: {bad.size} "
+                f"list(s) fail their CRC32 (first: list {bad[0]}); rebuild the index"
+            )
     read_container(directory / meta["postings_file"], mmap=True, verify=True)  # assignments
     for seg in segments:
         if crc32_of(seg.array) != seg.crc32:
@@ -343,13 +352,15 @@ def verify_generation(directory) -> dict:
     }
 
 
-def bad_lists(postings: dict, list_start: np.ndarray, crcs: np.ndarray, which=None) -> np.ndarray:
+def bad_lists(
+    postings: dict, list_start: np.ndarray, crcs: np.ndarray, which=None, *, blocks=False
+) -> np.ndarray:
     """Ids of the lists (all, or ``which``) whose CRC32 does not match."""
     which = np.arange(crcs.size) if which is None else np.asarray(which)
     block_starts = lut_block_starts(list_start, LUT_LANES)
     bad = [
         j
         for j in which  # first read of each list only (callers remember verified lists)
-        if list_crc(postings, list_start, j, block_starts) != int(crcs[j])
+        if list_crc(postings, list_start, j, block_starts, blocks=blocks) != int(crcs[j])
     ]
     return np.asarray(bad, dtype=np.int64)
