@@ -91,9 +91,16 @@ def recall_section(datasets: dict) -> tuple[list[str], dict]:
         tables.append(
             f"### recall@10, no rerank: {name} ({ds.similarity}, {ds.metric} ground truth, "
             f"{len(ds.queries)} queries)\n\n"
-            + _common.markdown_table(rows, [("method", "method"), ("recall", "recall@10", ".4f"),
-                                            ("vs", "vs SQ8", "+.4f"), ("bpv", "bytes/vector", "g"),
-                                            ("build", "build s", ".2f")])  # fmt: skip
+            + _common.markdown_table(
+                rows,
+                [
+                    ("method", "method"),
+                    ("recall", "recall@10", ".4f"),
+                    ("vs", "vs SQ8", "+.4f"),
+                    ("bpv", "bytes/vector", "g"),
+                    ("build", "build s", ".2f"),
+                ],
+            )  # fmt: skip
         )
     return tables, built
 
