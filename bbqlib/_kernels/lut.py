@@ -31,6 +31,7 @@ and :mod:`bbqlib.scoring` falls back to the popcount scan elsewhere (same result
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -67,6 +68,12 @@ def avx2_available() -> bool:
     """
     if os.environ.get("BBQLIB_NO_AVX2", "") not in ("", "0"):
         return False
+    return _host_has_avx2()
+
+
+@functools.cache
+def _host_has_avx2() -> bool:
+    # Asked once per process: LLVM's feature query takes about 0.2 ms.
     import numba
     from llvmlite import binding
 
