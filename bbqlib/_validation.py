@@ -8,7 +8,25 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._kernels import validation as K
 from .similarity import Similarity
+
+
+def row_sq_norms(X: np.ndarray) -> np.ndarray:
+    """float64 squared norms of float32 rows (``inf`` / ``nan`` where a row is not finite)."""
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    out = np.empty(X.shape[0], dtype=np.float64)
+    if X.size:
+        K.row_sq_norms(X, out)
+    else:
+        out[:] = 0.0
+    return out
+
+
+def normalize_rows(X: np.ndarray, norms: np.ndarray, out: np.ndarray) -> None:
+    """``out = float32(X / norms[:, None])``, in place, without a float64 temporary."""
+    K.normalize_rows(X, norms, out)
+
 
 __all__ = [
     "NotFittedError",
@@ -66,7 +84,7 @@ def check_vectors(
         )
     with np.errstate(over="ignore"):  # beyond float32 range becomes inf, reported below
         out = np.ascontiguousarray(arr, dtype=np.float32)
-    if not np.isfinite(out).all():
+    if not np.isfinite(row_sq_norms(out)).all():
         bad = np.flatnonzero(~np.isfinite(out).all(axis=1))
         raise ValueError(
             f"{name} contains NaN or inf (or values beyond float32 range) in "
@@ -96,16 +114,19 @@ def prepare_for_similarity(X: np.ndarray, similarity: Similarity, name: str = "X
     Elasticsearch. Returns a new array when it normalizes, never modifies ``X``.
     """
     if similarity is Similarity.COSINE:
-        norms = np.sqrt(np.einsum("ij,ij->i", X, X, dtype=np.float64))
+        norms = np.sqrt(row_sq_norms(X))
         zero = np.flatnonzero(norms == 0)
         if zero.size:
             raise ValueError(
                 f"{name} has {zero.size} zero vector(s) (first at row {zero[0]}), which have no "
                 "direction under cosine similarity; remove them or use euclidean"
             )
-        return (X / norms[:, None]).astype(np.float32)
+        out = np.empty_like(X)
+        if X.size:
+            normalize_rows(X, norms, out)
+        return out
     if similarity is Similarity.DOT_PRODUCT:
-        sq = np.einsum("ij,ij->i", X, X, dtype=np.float64)
+        sq = row_sq_norms(X)
         off = np.flatnonzero(np.abs(sq - 1.0) > UNIT_NORM_TOLERANCE)
         if off.size:
             raise ValueError(
