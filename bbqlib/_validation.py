@@ -34,6 +34,7 @@ __all__ = [
     "check_k",
     "check_in",
     "prepare_for_similarity",
+    "check_similarity_rules",
     "UNIT_NORM_TOLERANCE",
 ]
 
@@ -107,24 +108,23 @@ def check_in(value, allowed, name: str):
     return value
 
 
-def prepare_for_similarity(X: np.ndarray, similarity: Similarity, name: str = "X") -> np.ndarray:
-    """Apply the similarity's input rules to validated float32 rows.
+def check_similarity_rules(
+    X: np.ndarray, similarity: Similarity, name: str = "X"
+) -> np.ndarray | None:
+    """Check the similarity's input rules on validated float32 rows, without copying.
 
-    cosine normalizes (zero vectors are an error); dot_product requires unit vectors, as in
-    Elasticsearch. Returns a new array when it normalizes, never modifies ``X``.
+    cosine: no zero vectors; dot_product: unit vectors (as Elasticsearch). Returns the rows'
+    float64 squared norms where a rule needed them (cosine, dot_product), else None.
     """
     if similarity is Similarity.COSINE:
-        norms = np.sqrt(row_sq_norms(X))
-        zero = np.flatnonzero(norms == 0)
+        sq = row_sq_norms(X)
+        zero = np.flatnonzero(sq == 0)
         if zero.size:
             raise ValueError(
                 f"{name} has {zero.size} zero vector(s) (first at row {zero[0]}), which have no "
                 "direction under cosine similarity; remove them or use euclidean"
             )
-        out = np.empty_like(X)
-        if X.size:
-            normalize_rows(X, norms, out)
-        return out
+        return sq
     if similarity is Similarity.DOT_PRODUCT:
         sq = row_sq_norms(X)
         off = np.flatnonzero(np.abs(sq - 1.0) > UNIT_NORM_TOLERANCE)
@@ -134,4 +134,20 @@ def prepare_for_similarity(X: np.ndarray, similarity: Similarity, name: str = "X
                 f"not (row {off[0]} has squared norm {sq[off[0]]:.6g}); normalize them, or use "
                 "similarity='cosine' (normalizes for you) or 'max_inner_product' (any length)"
             )
-    return X
+        return sq
+    return None
+
+
+def prepare_for_similarity(X: np.ndarray, similarity: Similarity, name: str = "X") -> np.ndarray:
+    """Apply the similarity's input rules to validated float32 rows.
+
+    cosine normalizes (zero vectors are an error); dot_product requires unit vectors, as in
+    Elasticsearch. Returns a new array when it normalizes, never modifies ``X``.
+    """
+    sq = check_similarity_rules(X, similarity, name)
+    if similarity is not Similarity.COSINE:
+        return X
+    out = np.empty_like(X)
+    if X.size:
+        normalize_rows(X, np.sqrt(sq), out)
+    return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import scoring
-from .._validation import check_vectors, prepare_for_similarity
+from .._validation import check_similarity_rules, check_vectors, prepare_for_similarity
 from ..encoding import Encoding, get_encoding
 from ..packing import pack_planes, plane_words
 from ..similarity import resolve_similarity
@@ -14,7 +14,10 @@ from .encoded import EncodedVectors
 from .osq import DEFAULT_ITERS, DEFAULT_LAMBDA, quantize_rows
 from .registry import register_quantizer
 
-__all__ = ["BBQQuantizer"]
+__all__ = ["BBQQuantizer", "ENCODE_CHUNK_BYTES"]
+
+#: float32 bytes of input encoded at a time (bounds encode's temporaries; 16 MiB).
+ENCODE_CHUNK_BYTES = 1 << 24
 
 
 @register_quantizer
@@ -133,26 +136,39 @@ class BBQQuantizer(Quantizer):
         return X if self.transform_ is None else self.transform_.transform(X)
 
     def encode(self, X) -> EncodedVectors:
-        """Quantize docs: packed codes and 14 (16 at 7/8 bits) bytes of corrections each."""
-        X = self._rotated(self._validated(X, "X"))
+        """Quantize docs: packed codes and 14 (16 at 7/8 bits) bytes of corrections each.
+
+        Rows are checked whole (errors name the caller's row numbers), then normalized,
+        transformed and quantized ``ENCODE_CHUNK_BYTES`` of float32 at a time, so the
+        temporaries stay small whatever the batch size.
+        """
+        self._check_fitted()
+        X = check_vectors(X, "X", dim=self.dim_)
+        check_similarity_rules(X, self.similarity_, "X")
         enc = self.encoding_
-        res = quantize_rows(
-            X,
-            self.centroid_,
-            enc.doc_bits,
-            euclidean=self.similarity_.is_distance,
-            iters=self.iters,
-            lam=self.lam,
-        )
-        if enc.layout == "planes":
-            codes = pack_planes(res.codes, enc.doc_bits)
-        else:
-            codes = res.codes
-        corrections = np.empty(len(X), dtype=enc.corrections_dtype)
-        corrections["lower"] = res.lower
-        corrections["upper"] = res.upper
-        corrections["additional"] = res.additional
-        corrections["component_sum"] = res.component_sum
+        n, d = X.shape
+        codes = np.empty((n, enc.doc_bytes(d)), dtype=np.uint8)
+        corrections = np.empty(n, dtype=enc.corrections_dtype)
+        rows = max(1, ENCODE_CHUNK_BYTES // (4 * d))
+        for start in range(0, n, rows):
+            stop = min(n, start + rows)
+            part = self._rotated(prepare_for_similarity(X[start:stop], self.similarity_, "X"))
+            res = quantize_rows(
+                part,
+                self.centroid_,
+                enc.doc_bits,
+                euclidean=self.similarity_.is_distance,
+                iters=self.iters,
+                lam=self.lam,
+            )
+            codes[start:stop] = (
+                pack_planes(res.codes, enc.doc_bits) if enc.layout == "planes" else res.codes
+            )
+            c = corrections[start:stop]
+            c["lower"] = res.lower
+            c["upper"] = res.upper
+            c["additional"] = res.additional
+            c["component_sum"] = res.component_sum
         return EncodedVectors(
             codes, corrections, enc, self.dim_, self.centroid_dot_, self.fingerprint_
         )
