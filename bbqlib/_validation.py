@@ -28,6 +28,17 @@ def normalize_rows(X: np.ndarray, norms: np.ndarray, out: np.ndarray) -> None:
     K.normalize_rows(X, norms, out)
 
 
+def apply_similarity(X: np.ndarray, similarity: Similarity, sq: np.ndarray | None) -> np.ndarray:
+    """Rows as the similarity scores them (normalized for cosine, from the squared norms
+    ``sq`` that :func:`check_similarity_rules` returned), never modifying ``X``."""
+    if similarity is not Similarity.COSINE:
+        return X
+    out = np.empty_like(X)
+    if X.size:
+        normalize_rows(X, np.sqrt(sq), out)
+    return out
+
+
 __all__ = [
     "NotFittedError",
     "check_vectors",
@@ -35,6 +46,7 @@ __all__ = [
     "check_in",
     "prepare_for_similarity",
     "check_similarity_rules",
+    "apply_similarity",
     "UNIT_NORM_TOLERANCE",
 ]
 
@@ -144,10 +156,4 @@ def prepare_for_similarity(X: np.ndarray, similarity: Similarity, name: str = "X
     cosine normalizes (zero vectors are an error); dot_product requires unit vectors, as in
     Elasticsearch. Returns a new array when it normalizes, never modifies ``X``.
     """
-    sq = check_similarity_rules(X, similarity, name)
-    if similarity is not Similarity.COSINE:
-        return X
-    out = np.empty_like(X)
-    if X.size:
-        normalize_rows(X, np.sqrt(sq), out)
-    return out
+    return apply_similarity(X, similarity, check_similarity_rules(X, similarity, name))

@@ -16,7 +16,9 @@ __all__ = [
     "unpack_planes",
     "pack_bits",
     "plane_words",
+    "LUT_LANES",
     "lut_blocks",
+    "lut_list_blocks",
     "lut_block_starts",
 ]
 
@@ -61,38 +63,40 @@ def plane_words(packed: np.ndarray) -> np.ndarray:
     return packed.view(np.uint64)
 
 
-def lut_blocks(packed: np.ndarray, starts: np.ndarray | None = None, lanes: int = 32):
-    """Packed plane rows [n, m] as blocks of ``lanes`` docs: uint8 [n_blocks, m * lanes].
+#: Docs per block of the lookup-table layout: one per byte of an AVX2 register.
+LUT_LANES = 32
 
-    Byte ``i * lanes + j`` of a block is byte ``i`` of its ``j``-th doc, zero past the last doc:
-    the layout of the lookup-table scan (:mod:`bbqlib._kernels.lut`). With ``starts`` (int
-    [K + 1], row offsets of K consecutive groups, e.g. posting lists) every group starts a new
-    block, and ``(blocks, block_starts)`` is returned: group ``j`` fills blocks
-    ``block_starts[j] : block_starts[j + 1]``.
+
+def lut_blocks(packed: np.ndarray) -> np.ndarray:
+    """Packed plane rows [n, m] as blocks of ``LUT_LANES`` docs: uint8 [n_blocks, m * 32].
+
+    Byte ``i * 32 + j`` of a block is byte ``i`` of its ``j``-th doc, zero past the last doc:
+    the layout of the lookup-table scan (:mod:`bbqlib._kernels.lut`).
     """
+    n = np.asarray(packed).shape[0]
+    return lut_list_blocks(packed, np.array([0, n]))[0]
+
+
+def lut_list_blocks(packed: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`lut_blocks` per group of consecutive rows (e.g. posting lists), each group
+    starting a new block: ``(blocks, block_starts)``, group ``j`` in blocks
+    ``block_starts[j] : block_starts[j + 1]`` (``starts``: int [K + 1] row offsets)."""
     packed = np.asarray(packed, dtype=np.uint8)
     n, m = packed.shape
-    if starts is None:
-        n_blocks = -(-n // lanes)
-        padded = np.zeros((n_blocks * lanes, m), dtype=np.uint8)
-        padded[:n] = packed
-    else:
-        starts = np.asarray(starts, dtype=np.int64)
-        block_starts = lut_block_starts(starts, lanes)
-        n_blocks = int(block_starts[-1])
-        sizes = np.diff(starts)
-        group = np.repeat(np.arange(sizes.size), sizes)
-        slots = block_starts[group] * lanes + (np.arange(n) - starts[group])
-        padded = np.zeros((n_blocks * lanes, m), dtype=np.uint8)
-        padded[slots] = packed
-    blocks = np.ascontiguousarray(padded.reshape(n_blocks, lanes, m).transpose(0, 2, 1))
-    blocks = blocks.reshape(n_blocks, m * lanes)
-    return blocks if starts is None else (blocks, block_starts)
+    starts = np.asarray(starts, dtype=np.int64)
+    block_starts = lut_block_starts(starts)
+    n_blocks = int(block_starts[-1])
+    sizes = np.diff(starts)
+    group = np.repeat(np.arange(sizes.size), sizes)
+    padded = np.zeros((n_blocks * LUT_LANES, m), dtype=np.uint8)
+    padded[block_starts[group] * LUT_LANES + (np.arange(n) - starts[group])] = packed
+    blocks = np.ascontiguousarray(padded.reshape(n_blocks, LUT_LANES, m).transpose(0, 2, 1))
+    return blocks.reshape(n_blocks, m * LUT_LANES), block_starts
 
 
-def lut_block_starts(starts: np.ndarray, lanes: int = 32) -> np.ndarray:
+def lut_block_starts(starts: np.ndarray) -> np.ndarray:
     """First block of each group of rows (int64 [K + 1]) when every group starts a block."""
     sizes = np.diff(np.asarray(starts, dtype=np.int64))
     out = np.zeros(sizes.size + 1, dtype=np.int64)
-    np.cumsum(-(-sizes // lanes), out=out[1:])
+    np.cumsum(-(-sizes // LUT_LANES), out=out[1:])
     return out

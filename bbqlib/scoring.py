@@ -41,15 +41,15 @@ class DocCodes:
     is_l2: bool
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
-    def lut_blocks(self) -> tuple[np.ndarray, np.ndarray]:
+    def lut_layout(self) -> tuple[np.ndarray, np.ndarray]:
         """The lookup-table scan's layout, made once and kept: the plane bytes in blocks of
         32 docs, and the factors as columns (float32 [4, n])."""
-        if "lut_blocks" not in self._cache:
-            self._cache["lut_blocks"] = (
+        if "lut_layout" not in self._cache:
+            self._cache["lut_layout"] = (
                 lut_blocks(self.data.view(np.uint8)),
                 np.ascontiguousarray(self.factors.T),
             )
-        return self._cache["lut_blocks"]
+        return self._cache["lut_layout"]
 
     @property
     def words(self) -> int:
@@ -262,7 +262,7 @@ def query_tables(q: QueryCodes) -> np.ndarray:
 def _scan_lut(q: QueryCodes, d: DocCodes, mask, id_base, keys, ids) -> None:
     from ._kernels.lut import scan_lut
 
-    blocks, cols = d.lut_blocks()
+    blocks, cols = d.lut_layout()
     scan_lut(
         query_tables(q),
         q.factors,

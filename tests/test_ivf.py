@@ -579,16 +579,21 @@ def test_fault_flipped_byte_in_a_list(built, data, tmp_path, monkeypatch):
     postings = _postings(tmp_path / "ix")
     offset = _section(postings, "codes")["offset"] + entry * index._codes.shape[1]
     del index
-    with open(postings, "r+b") as f:
-        f.seek(offset)
-        b = f.read(1)
-        f.seek(offset)
-        f.write(bytes([b[0] ^ 0x10]))
+    _flip_bits(postings, offset, 0x10)
     index = IVFIndex.open(tmp_path / "ix")  # open reads no list: no error yet
     with pytest.raises(CorruptFileError, match=f"posting list {j}"):
         index.search(Q[:1], 10)
     with pytest.raises(CorruptFileError, match="CRC"):
         index.verify()
+
+
+def _flip_bits(path: Path, offset: int, mask: int) -> None:
+    """XOR the byte at ``offset`` of the file with ``mask`` (a damaged disk, in place)."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ mask]))
 
 
 def _section(path: Path, name: str) -> dict:

@@ -13,14 +13,14 @@ import json
 import numpy as np
 import pytest
 from reference.ivf import scan_reference
-from test_ivf import _postings, _random_lists, _random_visits, _section, blobs
+from test_ivf import _flip_bits, _postings, _random_lists, _random_visits, _section, blobs
 
 from bbqlib import CorruptFileError, IVFIndex
 from bbqlib._kernels import lut as L
 from bbqlib._kernels import scoring as KS
 from bbqlib.encoding import get_encoding, padded_dim
 from bbqlib.index import ivf_search as S
-from bbqlib.packing import lut_blocks, pack_planes
+from bbqlib.packing import lut_blocks, lut_list_blocks, pack_planes
 
 needs_avx2 = pytest.mark.skipif(
     not L.avx2_available(), reason="the lookup-table kernel needs AVX2 (popcount scan serves)"
@@ -44,7 +44,7 @@ def test_lut_scan_kernel_matches_reference(d, doc_bits, numba_threads):
     pair_list, pair_start, q_codes, qf = _random_visits(rng, K, nq, d, enc)
     q_padded = np.zeros((pair_list.size, padded_dim(d)), np.uint8)
     q_padded[:, :d] = q_codes
-    blocks, block_starts = lut_blocks(pack_planes(codes, enc.doc_bits), start)
+    blocks, block_starts = lut_list_blocks(pack_planes(codes, enc.doc_bits), start)
     allowed = (rng.random(n_ids) < 0.7).astype(np.uint8)
     for threads in (1, 2):
         numba_threads(threads)
@@ -70,7 +70,7 @@ def test_list_blocks_layout():
     g = np.random.default_rng(0)
     start = np.array([0, 0, 5, 37, 37, 101])  # empty lists, a list of exactly 32
     packed = g.integers(0, 256, (101, 12)).astype(np.uint8)
-    blocks, block_starts = lut_blocks(packed, start)
+    blocks, block_starts = lut_list_blocks(packed, start)
     assert block_starts.tolist() == [0, 0, 1, 2, 2, 4]
     for j in range(5):
         rows = packed[start[j] : start[j + 1]]
@@ -123,11 +123,7 @@ def test_format_2_files_carry_checked_blocks(vectors, tmp_path):
     postings = _postings(tmp_path / "ix")
     offset = _section(postings, "lut_codes")["offset"] + block * width + 3
     del opened
-    with open(postings, "r+b") as f:
-        f.seek(offset)
-        b = f.read(1)
-        f.seek(offset)
-        f.write(bytes([b[0] ^ 0x01]))
+    _flip_bits(postings, offset, 0x01)
     damaged = IVFIndex.open(tmp_path / "ix")
     if L.avx2_available():  # the blocks are what this search reads
         with pytest.raises(CorruptFileError, match=f"posting list {j}"):
@@ -148,11 +144,7 @@ def test_lookup_table_search_reads_and_checks_no_row_codes(vectors, tmp_path):
     index.save(tmp_path / "ix")
     postings = _postings(tmp_path / "ix")
     offset = _section(postings, "codes")["offset"] + 5
-    with open(postings, "r+b") as f:
-        f.seek(offset)
-        b = f.read(1)
-        f.seek(offset)
-        f.write(bytes([b[0] ^ 0x04]))
+    _flip_bits(postings, offset, 0x04)
     opened = IVFIndex.open(tmp_path / "ix")
     got = opened.search(Q, 10, visit_percentage=100.0)
     np.testing.assert_array_equal(got[1], expected[1])

@@ -14,7 +14,7 @@ of four tables before they are flushed. The result is the exact integer ``<X, Y>
 plane kernels, so keys and rankings are bit for bit those of
 :func:`bbqlib._kernels.scoring.scan_planes`.
 
-Layouts (built once per set of codes by :func:`bbqlib.scoring.DocCodes.lut_blocks`):
+Layouts (built once per set of codes by :func:`bbqlib.scoring.DocCodes.lut_layout`):
 
 * docs: uint8 ``[n_blocks, planes * P * 32]`` with ``P = padded_dim / 8``; byte
   ``(t * P + p) * 32 + j`` of block ``b`` is byte ``p`` of plane ``t`` of doc ``32 b + j``
@@ -40,6 +40,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ..packing import LUT_LANES
 from .policy import kernel, parallel_kernel, prange
 from .scoring import BLOCK, _offer_block, _offer_entries
 
@@ -55,7 +56,7 @@ __all__ = [
 ]
 
 #: Docs per block (one byte lane each in a 256-bit register).
-LANES = 32
+LANES = LUT_LANES
 #: Steps of four tables (16 dimensions) the 16-bit accumulators hold: 256 · 240 < 2^16.
 MAX_STEPS = 256
 _BLOCKS_PER_TILE = BLOCK // LANES

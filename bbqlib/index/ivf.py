@@ -22,7 +22,7 @@ from .._kernels import scoring as KS
 from .._validation import NotFittedError, check_k, check_vectors, prepare_for_similarity
 from ..encoding import Encoding, encoding_from_wire, get_encoding, padded_dim
 from ..io.container import CorruptFileError
-from ..packing import lut_block_starts, lut_blocks
+from ..packing import LUT_LANES, lut_block_starts, lut_list_blocks
 from ..scoring import rerank_exact
 from ..similarity import Similarity, resolve_similarity
 from . import ivf_build as B
@@ -384,7 +384,7 @@ class IVFIndex:
         *,
         crc=None,
         source=None,
-        lut_codes=None,
+        lut=None,
         lut_crc=None,
     ) -> None:
         self._codes = codes
@@ -393,9 +393,7 @@ class IVFIndex:
         self._list_start = np.ascontiguousarray(list_start, dtype=np.int64)
         # The lookup-table scan's copy of the codes: mapped from format-2 files, else made
         # from the codes on first use (``_lut_layout``).
-        self._lut = None
-        if lut_codes is not None:
-            self._lut = (lut_codes, lut_block_starts(self._list_start))
+        self._lut = lut  # (blocks, block_starts)
         self._list_crc = crc
         self._list_lut_crc = lut_crc  # format 2: over each list's blocks, factors and ids
         self._postings_source = source  # the posting file these arrays map, if unchanged
@@ -720,7 +718,7 @@ class IVFIndex:
     def _lut_layout(self) -> tuple[np.ndarray, np.ndarray]:
         """``(blocks, block_starts)``: each list's codes in blocks of 32 (made once, kept)."""
         if self._lut is None:
-            self._lut = lut_blocks(np.asarray(self._codes), self._list_start)
+            self._lut = lut_list_blocks(np.asarray(self._codes), self._list_start)
         return self._lut
 
     def _uses_lut(self) -> bool:
@@ -1008,19 +1006,21 @@ class IVFIndex:
                 f"{n_entries}; the files do not belong together"
             )
         lut_codes = postings.get("lut_codes")
+        lut = None
         if lut_codes is not None:
             if "list_lut_crc" not in h:
                 raise CorruptFileError(
                     f"the header of {path} has no CRC32s for the lookup-table blocks of its "
                     "posting file; the files do not belong together"
                 )
-            n_blocks = int(lut_block_starts(h["list_start"])[-1])
-            if lut_codes.shape != (n_blocks, codes.shape[1] * 32):
+            block_starts = lut_block_starts(h["list_start"])
+            need = (int(block_starts[-1]), codes.shape[1] * LUT_LANES)
+            if lut_codes.shape != need:
                 raise CorruptFileError(
                     f"posting file of {path} holds lookup-table blocks of shape "
-                    f"{lut_codes.shape}, the lists need ({n_blocks}, {codes.shape[1] * 32}); "
-                    "the files do not belong together"
+                    f"{lut_codes.shape}, the lists need {need}; the files do not belong together"
                 )
+            lut = (lut_codes, block_starts)
         self._set_postings(
             codes,
             factors,
@@ -1028,8 +1028,8 @@ class IVFIndex:
             h["list_start"],
             crc=np.asarray(h["list_crc"]),
             source=path / meta["postings_file"],
-            lut_codes=lut_codes,
-            lut_crc=None if lut_codes is None else np.asarray(h["list_lut_crc"]),
+            lut=lut,
+            lut_crc=None if lut is None else np.asarray(h["list_lut_crc"]),
         )
         self._assign = postings["assignments"]
         self._set_deleted(

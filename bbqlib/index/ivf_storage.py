@@ -50,8 +50,6 @@ MAGIC = "bbqlib-ivf"
 #: lookup-table scan) with their own per-list CRC32 (``list_lut_crc`` in the header);
 #: format 1 indexes still open and serve.
 FORMAT_VERSION = 2
-#: Entries per lookup-table block.
-LUT_LANES = 32
 HEADER_KIND = "ivf_header"
 POSTINGS_KIND = "ivf_postings"
 _OWNED = re.compile(r"^(header\.\d+\.bbq|postings\.\d+\.bbq|vectors\.[0-9a-f]+\.npy)$")
@@ -95,7 +93,7 @@ def list_crc(
     start, stop = int(list_start[j]), int(list_start[j + 1])
     if blocks:
         if block_starts is None:
-            block_starts = lut_block_starts(list_start, LUT_LANES)
+            block_starts = lut_block_starts(list_start)
         crc = _crc(postings["lut_codes"][int(block_starts[j]) : int(block_starts[j + 1])])
     else:
         crc = _crc(postings["codes"][start:stop])
@@ -106,7 +104,7 @@ def list_crc(
 def list_crcs(postings: dict, list_start: np.ndarray, *, blocks: bool = False) -> np.ndarray:
     """CRC32 of every list (uint32 [K]); ``blocks`` as in :func:`list_crc`."""
     k = list_start.shape[0] - 1
-    block_starts = lut_block_starts(list_start, LUT_LANES)
+    block_starts = lut_block_starts(list_start)
     out = np.empty(k, dtype=np.uint32)
     for j in range(k):  # once per list at save time, not on a search path
         out[j] = list_crc(postings, list_start, j, block_starts, blocks=blocks)
@@ -357,7 +355,7 @@ def bad_lists(
 ) -> np.ndarray:
     """Ids of the lists (all, or ``which``) whose CRC32 does not match."""
     which = np.arange(crcs.size) if which is None else np.asarray(which)
-    block_starts = lut_block_starts(list_start, LUT_LANES)
+    block_starts = lut_block_starts(list_start)
     bad = [
         j
         for j in which  # first read of each list only (callers remember verified lists)

@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from .. import scoring
-from .._validation import check_similarity_rules, check_vectors, prepare_for_similarity
+from .._validation import (
+    apply_similarity,
+    check_similarity_rules,
+    check_vectors,
+    prepare_for_similarity,
+)
 from ..encoding import Encoding, get_encoding
 from ..packing import pack_planes, plane_words
 from ..similarity import resolve_similarity
@@ -138,13 +143,13 @@ class BBQQuantizer(Quantizer):
     def encode(self, X) -> EncodedVectors:
         """Quantize docs: packed codes and 14 (16 at 7/8 bits) bytes of corrections each.
 
-        Rows are checked whole (errors name the caller's row numbers), then normalized,
-        transformed and quantized ``ENCODE_CHUNK_BYTES`` of float32 at a time, so the
-        temporaries stay small whatever the batch size.
+        Rows are checked whole (errors name the caller's row numbers, and the norms are
+        computed once), then normalized, transformed and quantized ``ENCODE_CHUNK_BYTES`` of
+        float32 at a time, so the temporaries stay small whatever the batch size.
         """
         self._check_fitted()
         X = check_vectors(X, "X", dim=self.dim_)
-        check_similarity_rules(X, self.similarity_, "X")
+        sq = check_similarity_rules(X, self.similarity_, "X")
         enc = self.encoding_
         n, d = X.shape
         codes = np.empty((n, enc.doc_bytes(d)), dtype=np.uint8)
@@ -152,7 +157,8 @@ class BBQQuantizer(Quantizer):
         rows = max(1, ENCODE_CHUNK_BYTES // (4 * d))
         for start in range(0, n, rows):
             stop = min(n, start + rows)
-            part = self._rotated(prepare_for_similarity(X[start:stop], self.similarity_, "X"))
+            part_sq = None if sq is None else sq[start:stop]
+            part = self._rotated(apply_similarity(X[start:stop], self.similarity_, part_sq))
             res = quantize_rows(
                 part,
                 self.centroid_,
