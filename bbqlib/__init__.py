@@ -7,9 +7,9 @@ on float vectors. See the README for a tour.
 
 from ._load import load
 from ._validation import NotFittedError
-from .encoding import ENCODINGS, Encoding, get_encoding
+from .encoding import ENCODINGS, Encoding, encoding_from_wire, get_encoding
 from .index import FlatIndex, IVFIndex
-from .io.container import CorruptFileError
+from .io.container import CorruptFileError, UnsupportedFormatError
 from .quantizers import (
     BBQQuantizer,
     EncodedVectors,
@@ -34,6 +34,8 @@ __all__ = [
     "RaBitQQuantizer",
     "ScalarQuantizer",
     "Similarity",
+    "UnsupportedFormatError",
+    "encoding_from_wire",
     "get_encoding",
     "load",
     "__version__",

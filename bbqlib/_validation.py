@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._kernels import validation as K
+from ._params import check_int
 from .similarity import Similarity
 
 
@@ -108,9 +109,7 @@ def check_vectors(
 
 def check_k(k, name: str = "k") -> int:
     """A positive integer."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {k!r}")
-    return int(k)
+    return check_int(k, name, 1)
 
 
 def check_in(value, allowed, name: str):

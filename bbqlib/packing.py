@@ -12,6 +12,8 @@ import numpy as np
 from .encoding import padded_dim
 
 __all__ = [
+    "pack_codes",
+    "kernel_codes",
     "pack_planes",
     "unpack_planes",
     "pack_bits",
@@ -55,6 +57,21 @@ def unpack_planes(packed: np.ndarray, planes: int, dim: int) -> np.ndarray:
         bits = np.unpackbits(packed[:, s * plane_bytes : (s + 1) * plane_bytes], axis=1)
         codes |= bits[:, :dim] << s
     return codes
+
+
+def pack_codes(levels: np.ndarray, layout: str, bits: int) -> np.ndarray:
+    """Integer levels [n, d] (``bits`` each) stored as a registry row's ``layout`` says:
+    uint8 bit planes for ``"planes"``, the levels themselves for ``"bytes"``."""
+    if layout == "planes":
+        return pack_planes(levels, bits)
+    return np.ascontiguousarray(levels, dtype=np.uint8)
+
+
+def kernel_codes(packed: np.ndarray, layout: str) -> np.ndarray:
+    """Packed codes as the kernels read them: uint64 words for planes, uint8 bytes else."""
+    if layout == "planes":
+        return plane_words(packed)
+    return np.ascontiguousarray(packed, dtype=np.uint8)
 
 
 def plane_words(packed: np.ndarray) -> np.ndarray:

@@ -98,7 +98,11 @@ class KnownError:
 
 
 class KnownErrorWithBounds(KnownError):
-    def error_sd(self, Q, enc):  # marks the quantizer as one with bounds
+    # Declared capabilities, as bbqlib.Quantizer subclasses declare them.
+    has_error_bound = True
+    default_eps0 = 1.9
+
+    def error_sd(self, Q, enc):
         return np.full((len(Q), len(enc[0])), self.bound_sd)
 
 

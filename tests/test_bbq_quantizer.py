@@ -13,7 +13,8 @@ from bbqlib.quantizers import quantizer_from_state
 from bbqlib.similarity import Similarity, scores_from_raw
 
 SIMILARITIES = ["euclidean", "dot_product", "cosine", "max_inner_product"]
-ENCODINGS = [(1, 4), (2, 4), (4, 4), (7, 7), (1, 8), (4, 8), (2, None), (7, None), (8, 8)]
+ENCODINGS = [(1, 4), (2, 4), (4, 4), (7, 7), (1, 8), (4, 8), (2, None), (7, None), (8, 8),
+             (3, 4), (5, 7), (6, 7), (3, None), (6, 8), (5, 4)]  # fmt: skip
 
 
 def unit(X):
@@ -78,7 +79,7 @@ def test_encode_matches_the_osq_reference(make_vectors):
     """Codes and corrections are the reference OSQ of the (normalized) rows, packed."""
     X = make_vectors(40, 65, "gaussian")
     for sim, euclidean in [("euclidean", True), ("cosine", False), ("max_inner_product", False)]:
-        for bits in (1, 2, 4, 7):
+        for bits in range(1, 9):
             q = BBQQuantizer(bits=bits, similarity=sim).fit(X)
             enc = q.encode(X)
             rows = unit(X) if sim == "cosine" else X
@@ -147,7 +148,7 @@ def test_float_query_path(make_vectors):
     """query_bits=None: estimates are the float query against the dequantized docs, exactly."""
     X, Q = make_vectors(200, 40, "wide"), make_vectors(5, 40, "wide", seed=3)
     for sim in ("euclidean", "max_inner_product"):
-        for bits in (1, 4, 7):
+        for bits in (1, 3, 4, 5, 6, 7):
             q = BBQQuantizer(bits=bits, query_bits=None, similarity=sim).fit(X)
             enc = q.encode(X)
             c = q.centroid_.astype(np.float64)
@@ -354,7 +355,7 @@ def test_unfitted(make_vectors):
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"bits": 3}, "bits"),
+        ({"bits": 9}, "bits"),
         ({"query_bits": 5}, "query_bits"),
         ({"similarity": "hamming"}, "similarity"),
         ({"iters": -1}, "iters"),

@@ -68,6 +68,10 @@ def test_tables_match_reference(d):
         (40, 1000, 1, 1),
         (40, 1000, 2, 3),
         (40, 1000, 4, 2),
+        (33, 130, 3, 4),
+        (40, 200, 5, 4),
+        (40, 200, 6, 4),
+        (36, 100, 8, 4),
     ],
 )
 def test_block_dots_exact(n, d, dp, qp):
@@ -85,7 +89,7 @@ def test_block_dots_exact(n, d, dp, qp):
 
 @needs_avx2
 @pytest.mark.parametrize("d", [4096, 4097, 8192])
-@pytest.mark.parametrize("dp", [1, 4])
+@pytest.mark.parametrize("dp", [1, 4, 6])
 def test_block_dots_at_the_accumulator_bounds(d, dp):
     """All-ones docs against all-15 queries: every byte sum is 240, 16-bit lanes fill to
     MAX_STEPS · 240 (d = 4096 is exactly one flush; beyond it, two)."""
@@ -99,7 +103,7 @@ def test_block_dots_at_the_accumulator_bounds(d, dp):
 
 
 @needs_avx2
-@pytest.mark.parametrize("dp", [1, 2, 4])
+@pytest.mark.parametrize("dp", [1, 2, 3, 4, 6])
 @pytest.mark.parametrize("is_l2", [False, True])
 def test_scan_equals_popcount_scan(dp, is_l2, numba_threads):
     """Same keys to the last bit and same ids as ``scan_planes``, with ties, masks, threads."""

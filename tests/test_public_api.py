@@ -6,6 +6,7 @@ import importlib
 import inspect
 import subprocess
 import sys
+from collections.abc import Mapping
 
 import numpy as np
 import pytest
@@ -52,7 +53,7 @@ def test_kinds_of_the_required_names():
     assert inspect.isclass(bbqlib.BBQQuantizer) and inspect.isclass(bbqlib.FlatIndex)
     assert inspect.isclass(bbqlib.EncodedVectors)
     assert callable(bbqlib.load) and callable(bbqlib.get_encoding)
-    assert isinstance(bbqlib.ENCODINGS, dict) and (1, 4) in bbqlib.ENCODINGS
+    assert isinstance(bbqlib.ENCODINGS, Mapping) and (1, 4) in bbqlib.ENCODINGS
     assert {s.value for s in bbqlib.Similarity} >= {
         "euclidean",
         "dot_product",

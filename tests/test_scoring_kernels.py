@@ -94,7 +94,7 @@ def codes(g, n, d, bits):
 
 # ----------------------------------------------------------------------------- integer dots
 @pytest.mark.parametrize("d", [1, 3, 63, 64, 65, 127, 384])
-@pytest.mark.parametrize("dp", [1, 2, 4])
+@pytest.mark.parametrize("dp", [1, 2, 3, 4, 5, 6])
 @pytest.mark.parametrize("qp", [4, 7, 8])
 def test_plane_dots_exact(d, dp, qp):
     g = np.random.default_rng(d * 100 + dp * 10 + qp)
@@ -154,6 +154,9 @@ LAYOUTS = [
     ("planes", 1, 4),
     ("planes", 2, 8),
     ("planes", 4, 7),
+    ("planes", 3, 4),
+    ("planes", 5, 7),
+    ("planes", 6, 4),
     ("bytes", 7, 7),
     ("float", 1, None),
     ("float", 7, None),

@@ -12,6 +12,7 @@ import numpy as np
 
 from .._kernels import candidates as K
 from .._kernels.scoring import EMPTY_ID
+from .._params import check_int
 from .._validation import check_k, check_vectors, prepare_for_similarity
 from ..index.rerank import candidate_count, check_oversample, finish
 from ..quantizers import BBQQuantizer, EncodedVectors, Quantizer
@@ -26,9 +27,7 @@ _TOPK = {
 
 
 def check_positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
+    return check_int(value, name, 1)
 
 
 def make_quantizer(quantizer, bits, query_bits, similarity, precondition, seed) -> Quantizer:

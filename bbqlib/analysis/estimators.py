@@ -505,8 +505,8 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- helpers
 def _supports_bounds(quantizer) -> bool:
-    # The convention FlatIndex uses for rerank="bound": quantizers with bounds provide these.
-    return hasattr(quantizer, "search_bound_rerank") or hasattr(quantizer, "error_sd")
+    # Declared by the quantizer class (bbqlib.Quantizer.has_error_bound).
+    return bool(getattr(quantizer, "has_error_bound", False))
 
 
 def _describe(quantizer) -> str:
@@ -775,17 +775,9 @@ def estimation_error(
 
 
 def _default_eps0(quantizer) -> float | None:
-    import inspect
-
-    try:
-        p = inspect.signature(quantizer.estimate).parameters.get("eps0")
-    except (TypeError, ValueError):
-        p = None
-    if p is not None and isinstance(p.default, (int, float)) and not isinstance(p.default, bool):
-        return float(p.default)
-    mod = inspect.getmodule(type(quantizer))
-    val = getattr(mod, "DEFAULT_EPS0", None)
-    return float(val) if isinstance(val, (int, float)) else None
+    # Declared by the quantizer class (bbqlib.Quantizer.default_eps0).
+    value = getattr(quantizer, "default_eps0", None)
+    return None if value is None else float(value)
 
 
 def _top_ids(exact: np.ndarray, k: int, similarity: Similarity) -> np.ndarray:

@@ -7,13 +7,17 @@ from pathlib import Path
 import numpy as np
 
 from .._validation import check_k, check_vectors, prepare_for_similarity
-from ..io.container import read_container, write_container
+from ..io.container import check_format_version, read_container, write_container
 from ..quantizers import BBQQuantizer, EncodedVectors, Quantizer, quantizer_from_state
 from .rerank import candidate_count, check_oversample, exact_rerank, finish
 
 __all__ = ["FlatIndex"]
 
 _KIND = "flat_index"
+#: Version of what a flat index file holds (docs/formats.md). 2: ``format_version`` in the
+#: meta; int8 ``per_dim`` / ``global`` codes carry their own registry wire numbers; OSQ at
+#: every width 1-8. Version 1 files (no ``format_version``) still open.
+FORMAT_VERSION = 2
 
 
 class FlatIndex:
@@ -120,8 +124,7 @@ class FlatIndex:
     @property
     def bytes_per_vector(self) -> int:
         """Code plus correction bytes per vector (float vectors for rerank not counted)."""
-        self.quantizer._check_fitted()
-        return self.quantizer.encoding_.bytes_per_vector(self.quantizer.dim_)
+        return self.quantizer.bytes_per_vector
 
     # -- searching --------------------------------------------------------------------------
     def search(self, queries, k: int = 10, *, oversample=None, rerank=True, filter=None):
@@ -167,7 +170,7 @@ class FlatIndex:
 
     def _search_bound(self, Q, k, codes, vectors, allowed):
         q = self.quantizer
-        if not hasattr(q, "search_bound_rerank"):
+        if not q.has_error_bound:
             raise ValueError(
                 f"rerank='bound' needs a quantizer with error bounds; {type(q).__name__} has "
                 "none (use bbqlib.RaBitQQuantizer, or rerank=True with an oversample)"
@@ -209,6 +212,7 @@ class FlatIndex:
         if vectors is not None and self.store_vectors:
             arrays["vectors"] = vectors
         meta = {
+            "format_version": FORMAT_VERSION,
             "quantizer": params,
             "encoding_wire": q.encoding_.wire,
             "similarity": q.similarity_.value,
@@ -224,6 +228,7 @@ class FlatIndex:
         kind, meta, arrays = read_container(path, mmap=mmap, verify=verify)
         if kind != _KIND:
             raise ValueError(f"{path} holds a {kind!r}, not a flat index; use bbqlib.load")
+        check_format_version(path, "flat index", meta.get("format_version", 1), FORMAT_VERSION)
         q_arrays = {
             k.split(".", 1)[1]: np.asarray(v)
             for k, v in arrays.items()

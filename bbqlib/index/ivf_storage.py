@@ -27,7 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io.container import CorruptFileError, crc32_of, read_container, write_container
+from ..io.container import (
+    CorruptFileError,
+    check_format_version,
+    crc32_of,
+    read_container,
+    write_container,
+)
 from ..io.vectors import atomic_path
 from ..packing import lut_block_starts
 
@@ -193,11 +199,7 @@ def _read_manifest(directory: Path) -> dict | None:
         raise CorruptFileError(f"{path} is not a valid IVF manifest ({err})") from None
     if not isinstance(manifest, dict) or manifest.get("magic") != MAGIC:
         raise CorruptFileError(f"{path} is not a bbqlib IVF manifest (bad magic)")
-    if int(manifest.get("format_version", 0)) > FORMAT_VERSION:
-        raise CorruptFileError(
-            f"{path} has IVF format version {manifest['format_version']}; this bbqlib reads up "
-            f"to {FORMAT_VERSION}: upgrade bbqlib"
-        )
+    check_format_version(path, "IVF", manifest.get("format_version"), FORMAT_VERSION)
     return manifest
 
 

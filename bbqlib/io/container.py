@@ -32,6 +32,8 @@ __all__ = [
     "MAGIC",
     "FORMAT_VERSION",
     "CorruptFileError",
+    "UnsupportedFormatError",
+    "check_format_version",
     "write_container",
     "read_container",
     "read_kind",
@@ -49,6 +51,30 @@ _CRC_CHUNK = 1 << 24
 
 class CorruptFileError(ValueError):
     """The file is truncated, corrupted or not a bbqlib file."""
+
+
+class UnsupportedFormatError(CorruptFileError):
+    """The file was written by a newer bbqlib, in a format version this one cannot read."""
+
+
+def check_format_version(path, what: str, version, newest: int) -> int:
+    """``version`` as an int if this build reads it (1..newest), else a clear error.
+
+    Policy (``docs/formats.md``): every change to what a file holds bumps its version, and
+    every earlier version keeps opening.
+    """
+    try:
+        v = int(version)
+    except (TypeError, ValueError):
+        raise CorruptFileError(f"{path} is corrupted ({what} format version {version!r})") from None
+    if v < 1:  # no version 0 was ever written: a flipped bit
+        raise CorruptFileError(f"{path} is corrupted ({what} format version {v})")
+    if v > newest:
+        raise UnsupportedFormatError(
+            f"{path} has {what} format version {v}; this bbqlib reads {what} versions 1 to "
+            f"{newest}: upgrade bbqlib to open it"
+        )
+    return v
 
 
 def crc32_of(arr: np.ndarray) -> int:
@@ -116,13 +142,7 @@ def _read_header(f, path: Path, size: int) -> dict:
     if len(prefix) < _PREFIX.size or prefix[:8] != MAGIC:
         raise CorruptFileError(f"{path} is not a bbqlib file (bad magic)")
     _, version, header_len, header_crc, _ = _PREFIX.unpack(prefix)
-    if version < 1:  # no version 0 was ever written: a flipped bit
-        raise CorruptFileError(f"{path} is corrupted (format version {version})")
-    if version > FORMAT_VERSION:
-        raise CorruptFileError(
-            f"{path} has format version {version}; this bbqlib reads up to "
-            f"{FORMAT_VERSION}: upgrade bbqlib"
-        )
+    check_format_version(path, "container", version, FORMAT_VERSION)
     header = f.read(header_len)
     if len(header) < header_len:
         raise CorruptFileError(f"{path} is truncated (header cut short)")

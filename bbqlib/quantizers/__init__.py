@@ -5,13 +5,21 @@ from .bbq import BBQQuantizer
 from .encoded import EncodedVectors
 from .rabitq import RaBitQQuantizer
 from .registry import quantizer_from_state, register_quantizer
-from .scalar import ScalarQuantizer
+from .scalar import (
+    GlobalScalarQuantizer,
+    OSQScalarQuantizer,
+    PerDimScalarQuantizer,
+    ScalarQuantizer,
+)
 
 __all__ = [
     "Quantizer",
     "BBQQuantizer",
     "RaBitQQuantizer",
     "ScalarQuantizer",
+    "OSQScalarQuantizer",
+    "PerDimScalarQuantizer",
+    "GlobalScalarQuantizer",
     "EncodedVectors",
     "quantizer_from_state",
     "register_quantizer",

@@ -1,31 +1,136 @@
-"""What every quantizer shares: validation, the estimate/score/search API, fingerprints.
+"""What every quantizer shares: parameters, fitted state, persistence, the scoring API.
 
-A quantizer subclass implements ``fit``, ``encode``, ``_doc_codes`` and ``_query_codes``; the
-affine correction algebra and the kernels (:mod:`bbqlib.scoring`) do the rest.
+A family subclass declares its registry family, capabilities and parameters as class
+attributes, and implements four hooks:
+
+* ``_fit_transformed(X, encoding, similarity)``: learn from prepared, transformed rows and set
+  the family's fitted attributes (ending in ``_``);
+* ``_state()`` / ``_restore(params, arrays)``: the family's fitted state for files;
+* ``encode(X)``, ``_doc_codes(enc)`` and ``_query_codes(Q)``: codes as the kernels see them.
+
+The base owns everything else: the scikit-learn estimator contract by duck typing (without
+importing scikit-learn), the fit skeleton (validation, similarity rules, the optional
+transform), files (:meth:`get_state` / :meth:`from_state`), estimates, top-k and candidate
+scorers through :mod:`bbqlib.scoring`.
 """
 
 from __future__ import annotations
 
 import hashlib
+from typing import ClassVar
 
 import numpy as np
 
 from .. import scoring
+from .._params import validate_params
 from .._validation import NotFittedError, check_k, check_vectors, prepare_for_similarity
+from ..encoding import ENCODINGS, Encoding
 from ..similarity import Similarity, resolve_similarity, scores_from_raw
 from .encoded import EncodedVectors
 
-__all__ = ["Quantizer"]
+__all__ = ["Quantizer", "make_transform_for"]
+
+
+def make_transform_for(spec, dim: int, seed):
+    """The transform a ``precondition`` / ``rotation`` parameter asks for (None for none)."""
+    if spec is None or spec is False:
+        return None
+    from ..transforms import make_transform
+
+    return make_transform(spec, dim, seed=seed)
 
 
 class Quantizer:
     """Base class: fit on data, encode docs, score queries against encoded docs.
 
-    Subclasses set ``similarity_`` (a :class:`Similarity`), ``dim_``, ``encoding_``,
-    ``fingerprint_`` in ``fit``.
+    Class attributes (declared capabilities)
+    ----------------------------------------
+    family : str
+        Registry family of the codes (:data:`bbqlib.ENCODINGS`).
+    has_error_bound : bool
+        ``estimate(..., return_bounds=True)`` and ``FlatIndex.search(rerank="bound")`` work.
+    default_eps0 : float or None
+        Default confidence multiplier of the bound.
+
+    Fitted attributes (set by ``fit``, all ending in ``_``): ``encoding_``, ``similarity_``,
+    ``dim_``, ``transform_``, ``fingerprint_`` and the family's own.
+
+    Notes
+    -----
+    The scikit-learn contract holds without importing it: ``__init__`` only stores,
+    :meth:`get_params` / :meth:`set_params` work with ``sklearn.base.clone``, and
+    ``__sklearn_is_fitted__`` answers ``sklearn.utils.validation.check_is_fitted``.
+    :meth:`set_params` on a fitted quantizer discards the fit when a value changes (refit;
+    :meth:`with_query_bits` changes the query width and keeps it).
     """
 
-    #: Default oversample for reranking, from the encoding table.
+    family: ClassVar[str] = ""
+    has_error_bound: ClassVar[bool] = False
+    default_eps0: ClassVar[float | None] = None
+    #: Constructor parameters, in order.
+    _param_names: ClassVar[tuple[str, ...]] = ()
+    #: The parameter that names the optional transform ("precondition" or "rotation").
+    _transform_param: ClassVar[str] = "precondition"
+    #: Declarative checks of the parameters the registry does not check (bits, query_bits).
+    _constraints: ClassVar[dict] = {}
+    #: Name hashed into fingerprints (stable across class renames: files store fingerprints).
+    _fingerprint_name: ClassVar[str | None] = None
+
+    # -- scikit-learn contract ------------------------------------------------------------
+    def get_params(self, deep: bool = True) -> dict:
+        """Constructor parameters by name (scikit-learn's ``get_params``)."""
+        return {k: getattr(self, k) for k in self._param_names}
+
+    def set_params(self, **params):
+        """Set constructor parameters; a changed value discards a fit. Returns ``self``."""
+        for name in params:
+            if name not in self._param_names:
+                raise ValueError(
+                    f"invalid parameter {name!r} for {type(self).__name__}; valid parameters "
+                    f"are {sorted(self._param_names)}"
+                )
+        changed = any(
+            getattr(self, k) is not v and getattr(self, k) != v for k, v in params.items()
+        )
+        for name, value in params.items():
+            setattr(self, name, value)
+        if changed and self.is_fitted:
+            self._discard_fit()
+        return self
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return self.is_fitted
+
+    def __sklearn_tags__(self):
+        # Only scikit-learn calls this, so importing it here costs ``import bbqlib`` nothing.
+        from sklearn.utils import Tags, TargetTags
+
+        return Tags(estimator_type=None, target_tags=TargetTags(required=False))
+
+    @property
+    def is_fitted(self) -> bool:
+        return "fingerprint_" in self.__dict__
+
+    def _discard_fit(self) -> None:
+        for name in [k for k in self.__dict__ if k.endswith("_") and not k.startswith("_")]:
+            del self.__dict__[name]
+
+    def _check_fitted(self) -> None:
+        if not self.is_fitted:
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(X) first")
+
+    # -- capabilities ---------------------------------------------------------------------
+    @property
+    def supported_query_bits(self) -> tuple:
+        """Query widths the family's registry rows accept (``None``: float query)."""
+        return ENCODINGS.family(self.family).query_bits
+
+    @property
+    def bytes_per_vector(self) -> int:
+        """Stored bytes per encoded vector: packed codes plus corrections."""
+        self._check_fitted()
+        return self.encoding_.bytes_per_vector(self.dim_, self.similarity_.is_distance)
+
     @property
     def default_oversample(self) -> float:
         self._check_fitted()
@@ -35,10 +140,58 @@ class Quantizer:
     def similarity_kind(self) -> Similarity:
         return resolve_similarity(self.similarity)
 
-    # -- to implement ---------------------------------------------------------------------
-    def fit(self, X):  # pragma: no cover - abstract
+    # -- fitting --------------------------------------------------------------------------
+    def _encoding_for_params(self) -> Encoding:
+        """The registry row of ``(bits, query_bits)`` (raises naming the accepted values)."""
+        return ENCODINGS.lookup(self.family, self.bits, self.query_bits)
+
+    def fit(self, X, y=None):
+        """Validate the parameters, apply the similarity's rules and the transform, learn.
+
+        ``y`` is ignored (scikit-learn's signature).
+        """
+        validate_params(self, self._constraints)
+        encoding = self._encoding_for_params()
+        similarity = resolve_similarity(self.similarity)
+        X = check_vectors(X, "X")
+        if X.shape[1] > encoding.max_dim:
+            raise ValueError(
+                f"{encoding.doc_bits}-bit {self.family} codes support at most "
+                f"{encoding.max_dim} dimensions (the component sum would overflow), got "
+                f"{X.shape[1]}; use more bits"
+            )
+        X = prepare_for_similarity(X, similarity, "X")
+        transform = make_transform_for(getattr(self, self._transform_param), X.shape[1], self.seed)
+        if transform is not None:
+            X = transform.transform(X)
+        self._discard_fit()
+        self._set_common(encoding, similarity, X.shape[1], transform)
+        self._fit_transformed(X)
+        self._seal()
+        return self
+
+    def _set_common(self, encoding: Encoding, similarity: Similarity, dim: int, transform):
+        self.encoding_ = encoding
+        self.similarity_ = similarity
+        self.dim_ = int(dim)
+        self.transform_ = transform
+
+    def _seal(self) -> None:
+        """Compute the fingerprint once every fitted attribute is set."""
+        t = None if self.transform_ is None else self.transform_.fingerprint()
+        self.fingerprint_ = self._fingerprint(*self._fingerprint_parts(), t)
+
+    def _fit_transformed(self, X: np.ndarray) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _fingerprint_parts(self) -> tuple:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _rotated(self, X: np.ndarray) -> np.ndarray:
+        """Apply the fitted transform to validated, prepared rows (no copy without one)."""
+        return X if self.transform_ is None else self.transform_.transform(X)
+
+    # -- to implement ---------------------------------------------------------------------
     def encode(self, X) -> EncodedVectors:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -48,15 +201,7 @@ class Quantizer:
     def _query_codes(self, Q: np.ndarray) -> scoring.QueryCodes:  # pragma: no cover
         raise NotImplementedError
 
-    # -- shared ---------------------------------------------------------------------------
-    @property
-    def is_fitted(self) -> bool:
-        return hasattr(self, "fingerprint_")
-
-    def _check_fitted(self) -> None:
-        if not self.is_fitted:
-            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(X) first")
-
+    # -- shared scoring -------------------------------------------------------------------
     def _check_encoded(self, enc) -> None:
         self._check_fitted()
         if not isinstance(enc, EncodedVectors):
@@ -86,7 +231,7 @@ class Quantizer:
     def estimate(self, Q, enc: EncodedVectors, *, return_bounds: bool = False, eps0=None):
         """Raw estimates [nq, n]: squared L2 (euclidean) or inner product (the others).
 
-        ``return_bounds=True`` is only available on quantizers with an error bound
+        ``return_bounds=True`` needs a quantizer with ``has_error_bound``
         (:class:`~bbqlib.RaBitQQuantizer`).
         """
         if return_bounds:
@@ -117,7 +262,6 @@ class Quantizer:
         raw[ids < 0] = np.nan
         return raw, ids
 
-    # -- candidate scorer (bbqlib.adapters, issue 6) ---------------------------------------
     def scorer(self, query, enc: EncodedVectors):
         """A callable ``score_ids(ids) -> float32`` of one query's estimates for chosen docs.
 
@@ -145,31 +289,82 @@ class Quantizer:
             )
         return CandidateScorer(qc, self._cached_doc_codes(enc))
 
-    # -- end of candidate scorer ------------------------------------------------------------
+    # -- files ----------------------------------------------------------------------------
+    def _state(self) -> tuple[dict, dict]:
+        """The family's fitted state beyond the common one: ``(params, arrays)``."""
+        return {}, {}
 
-    def _state_with_transform(self, params: dict) -> tuple[dict, dict]:
-        """``(params, arrays)`` for files: the centroid, plus the transform's state if any."""
-        arrays = {"centroid": np.asarray(self.centroid_)}
-        params = {**params, "transform": None}
+    def _restore(self, params: dict, arrays: dict) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def get_state(self) -> tuple[dict, dict]:
+        """``(params, arrays)`` that :meth:`from_state` turns back into this fitted quantizer.
+
+        ``params`` holds the constructor parameters (``bits`` and ``query_bits`` resolved,
+        the transform as its own state), ``dim``, ``fingerprint`` and the family's fitted
+        scalars; ``arrays`` its fitted arrays and ``transform.*``.
+        """
+        self._check_fitted()
+        params = {"class": type(self).__name__}
+        for name in self._param_names:
+            if name != self._transform_param:
+                params[name] = getattr(self, name)
+        params.update(
+            bits=self.encoding_.doc_bits,
+            query_bits=self.encoding_.query_bits,
+            similarity=self.similarity_.value,
+            dim=self.dim_,
+            fingerprint=self.fingerprint_,
+            transform=None,
+        )
+        extra_params, arrays = self._state()
+        params.update(extra_params)
+        arrays = dict(arrays)
         if self.transform_ is not None:
             t_params, t_arrays = self.transform_.get_state()
             params["transform"] = t_params
             arrays.update({f"transform.{k}": v for k, v in t_arrays.items()})
         return params, arrays
 
-    @staticmethod
-    def _transform_from_state(params: dict, arrays: dict):
-        """The transform stored by :meth:`_state_with_transform` (None if there is none)."""
-        if not params.get("transform"):
-            return None
-        from ..transforms import transform_from_state
+    @classmethod
+    def from_state(cls, params: dict, arrays: dict):
+        """Rebuild a fitted quantizer from :meth:`get_state` output (files of every version)."""
+        transform = None
+        if params.get("transform"):
+            from ..transforms import transform_from_state
 
-        t_arrays = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("transform.")}
-        return transform_from_state(params["transform"], t_arrays)
+            t_arrays = {
+                k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("transform.")
+            }
+            transform = transform_from_state(params["transform"], t_arrays)
+        init = {k: params[k] for k in cls._param_names if k in params}
+        init[cls._transform_param] = transform
+        q = cls(**init)
+        q._set_common(
+            ENCODINGS.lookup(q.family, params["bits"], params["query_bits"]),
+            resolve_similarity(params["similarity"]),
+            params["dim"],
+            transform,
+        )
+        q._restore(params, arrays)
+        q._seal()
+        if q.fingerprint_ != params["fingerprint"]:
+            raise ValueError("quantizer state is inconsistent (fingerprint mismatch)")
+        return q
+
+    def with_query_bits(self, query_bits):
+        """A copy of this fitted quantizer scoring queries at another bit width.
+
+        The doc codes stay valid (the fingerprint does not depend on the query bits).
+        """
+        self._check_fitted()
+        params, arrays = self.get_state()
+        params["query_bits"] = query_bits
+        return type(self).from_state(params, arrays)
 
     def _fingerprint(self, *parts) -> str:
         h = hashlib.blake2b(digest_size=8)
-        h.update(type(self).__name__.encode())
+        h.update((self._fingerprint_name or type(self).__name__).encode())
         for p in parts:
             if isinstance(p, np.ndarray):
                 h.update(np.ascontiguousarray(p).tobytes())
@@ -180,7 +375,3 @@ class Quantizer:
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({params})"
-
-    def get_params(self) -> dict:
-        """Constructor parameters (scikit-learn style)."""
-        return {k: getattr(self, k) for k in self._param_names}

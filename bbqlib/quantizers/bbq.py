@@ -5,15 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import scoring
-from .._validation import (
-    apply_similarity,
-    check_similarity_rules,
-    check_vectors,
-    prepare_for_similarity,
-)
-from ..encoding import Encoding, get_encoding
-from ..packing import pack_planes, plane_words
-from ..similarity import resolve_similarity
+from .._params import Integer, Real
+from .._validation import apply_similarity, check_similarity_rules, check_vectors
+from ..packing import kernel_codes, pack_codes
 from .base import Quantizer
 from .encoded import EncodedVectors
 from .osq import DEFAULT_ITERS, DEFAULT_LAMBDA, quantize_rows
@@ -31,12 +25,13 @@ class BBQQuantizer(Quantizer):
 
     Parameters
     ----------
-    bits : {1, 2, 4, 7, 8}
-        Bits per dimension of the stored codes.
+    bits : int in 1..8
+        Bits per dimension of the stored codes. 1, 2, 4 and 7 are Elasticsearch's; every width
+        is a row of the registry (bit planes up to 6 bits, one byte per dimension at 7 and 8).
     query_bits : {4, 7, 8, None, "auto"}
-        Bits per dimension of the query. ``"auto"`` takes Elasticsearch's default (4 for 1, 2
-        and 4-bit docs, 7 for 7-bit, 8 for 8-bit); ``None`` scores an unquantized float query
-        against the dequantized codes (separates doc error from query error).
+        Bits per dimension of the query. ``"auto"`` takes Elasticsearch's default (4 for docs of
+        up to 4 bits, 7 for 5-7-bit docs, 8 for 8-bit docs); ``None`` scores an unquantized
+        float query against the dequantized codes (separates doc error from query error).
     similarity : {"cosine", "dot_product", "euclidean", "max_inner_product"} or an alias
         ``dot_product`` requires unit vectors; ``cosine`` normalizes for you.
     precondition : {None, "dense", "block", "hadamard", True} or a Transform
@@ -75,7 +70,9 @@ class BBQQuantizer(Quantizer):
     (2, 1000)
     """
 
+    family = "osq"
     _param_names = ("bits", "query_bits", "similarity", "precondition", "seed", "iters", "lam")
+    _constraints = {"iters": [Integer(0)], "lam": [Real(0.0, 1.0)], "seed": [None, Integer()]}
 
     def __init__(
         self,
@@ -97,49 +94,26 @@ class BBQQuantizer(Quantizer):
         self.lam = lam
 
     # -- fitting ----------------------------------------------------------------------------
-    def fit(self, X) -> BBQQuantizer:
-        """Validate the parameters, fix the centroid (the plain mean) and the transform."""
-        encoding = get_encoding(self.bits, self.query_bits)
-        similarity = resolve_similarity(self.similarity)
-        if isinstance(self.iters, bool) or not isinstance(self.iters, int) or self.iters < 0:
-            raise ValueError(f"iters must be a non-negative integer, got {self.iters!r}")
-        if not 0.0 <= float(self.lam) <= 1.0:
-            raise ValueError(f"lam must be in [0, 1], got {self.lam!r}")
-        X = check_vectors(X, "X")
-        if X.shape[1] > encoding.max_dim:
-            raise ValueError(
-                f"{encoding.doc_bits}-bit codes support at most {encoding.max_dim} dimensions "
-                f"(the uint16 component sum would overflow), got {X.shape[1]}; use bits=7"
-            )
-        X = prepare_for_similarity(X, similarity, "X")
-        transform = _make_transform(self.precondition, X.shape[1], self.seed)
-        if transform is not None:
-            X = transform.transform(X)
-        centroid = X.mean(axis=0, dtype=np.float64).astype(np.float32)
-        self._set_fitted(encoding, similarity, X.shape[1], centroid, transform)
-        return self
+    def _fit_transformed(self, X: np.ndarray) -> None:
+        """The centroid: the plain mean of the prepared (and transformed) rows."""
+        self._set_centroid(X.mean(axis=0, dtype=np.float64))
 
-    def _set_fitted(self, encoding: Encoding, similarity, dim, centroid, transform) -> None:
-        self.encoding_ = encoding
-        self.similarity_ = similarity
-        self.dim_ = int(dim)
+    def _set_centroid(self, centroid) -> None:
         self.centroid_ = np.asarray(centroid, dtype=np.float32)
         self.centroid_.flags.writeable = False
         self.centroid_dot_ = float(np.dot(self.centroid_.astype(np.float64), self.centroid_))
-        self.transform_ = transform
-        self.fingerprint_ = self._fingerprint(
-            encoding.doc_bits,
-            similarity.value,
-            self.iters,
-            float(self.lam),
-            self.centroid_,
-            None if transform is None else transform.fingerprint(),
-        )
+
+    def _fingerprint_parts(self) -> tuple:
+        enc = self.encoding_
+        return (enc.doc_bits, self.similarity_.value, self.iters, float(self.lam), self.centroid_)
+
+    def _state(self) -> tuple[dict, dict]:
+        return {"lam": float(self.lam)}, {"centroid": np.asarray(self.centroid_)}
+
+    def _restore(self, params: dict, arrays: dict) -> None:
+        self._set_centroid(np.array(arrays["centroid"], dtype=np.float32))
 
     # -- encoding ---------------------------------------------------------------------------
-    def _rotated(self, X: np.ndarray) -> np.ndarray:
-        return X if self.transform_ is None else self.transform_.transform(X)
-
     def encode(self, X) -> EncodedVectors:
         """Quantize docs: packed codes and 14 (16 at 7/8 bits) bytes of corrections each.
 
@@ -167,9 +141,7 @@ class BBQQuantizer(Quantizer):
                 iters=self.iters,
                 lam=self.lam,
             )
-            codes[start:stop] = (
-                pack_planes(res.codes, enc.doc_bits) if enc.layout == "planes" else res.codes
-            )
+            codes[start:stop] = pack_codes(res.codes, enc.layout, enc.doc_bits)
             c = corrections[start:stop]
             c["lower"] = res.lower
             c["upper"] = res.upper
@@ -187,13 +159,12 @@ class BBQQuantizer(Quantizer):
         factors[:, 1] = (c["upper"].astype(np.float64) - c["lower"]) / levels
         factors[:, 2] = c["component_sum"]
         factors[:, 3] = c["additional"]
-        planes = enc.encoding.doc_planes
-        data = plane_words(enc.codes) if planes else np.ascontiguousarray(enc.codes)
+        row = enc.encoding
         return scoring.DocCodes(
-            "planes" if planes else "bytes",
-            data,
+            row.layout,
+            kernel_codes(enc.codes, row.layout),
             factors,
-            planes,
+            row.doc_planes,
             enc.dim,
             enc.centroid_dot,
             self.similarity_.is_distance,
@@ -222,70 +193,12 @@ class BBQQuantizer(Quantizer):
         factors[:, 1] = (res.upper.astype(np.float64) - res.lower) / (2**enc.query_bits - 1)
         factors[:, 2] = res.component_sum
         factors[:, 3] = res.additional
-        if enc.layout == "planes":
-            words = plane_words(pack_planes(res.codes, enc.query_bits))
-            return scoring.QueryCodes("planes", words, factors, enc.query_bits)
-        return scoring.QueryCodes("bytes", res.codes, factors)
+        packed = pack_codes(res.codes, enc.layout, enc.query_bits)
+        return scoring.QueryCodes(
+            enc.query_kind, kernel_codes(packed, enc.layout), factors, enc.query_planes
+        )
 
     def _query_additional(self, Q: np.ndarray, y: np.ndarray) -> np.ndarray:
         if self.similarity_.is_distance:
             return np.einsum("ij,ij->i", y, y, dtype=np.float64)
         return Q.astype(np.float64) @ self.centroid_.astype(np.float64)
-
-    # -- state for files ----------------------------------------------------------------------
-    def get_state(self) -> tuple[dict, dict]:
-        """``(params, arrays)`` that :meth:`from_state` turns back into this fitted quantizer."""
-        self._check_fitted()
-        params = {
-            "class": type(self).__name__,
-            "bits": self.encoding_.doc_bits,
-            "query_bits": self.encoding_.query_bits,
-            "similarity": self.similarity_.value,
-            "seed": self.seed,
-            "iters": self.iters,
-            "lam": float(self.lam),
-            "dim": self.dim_,
-            "fingerprint": self.fingerprint_,
-        }
-        return self._state_with_transform(params)
-
-    @classmethod
-    def from_state(cls, params: dict, arrays: dict) -> BBQQuantizer:
-        transform = cls._transform_from_state(params, arrays)
-        q = cls(
-            bits=params["bits"],
-            query_bits=params["query_bits"],
-            similarity=params["similarity"],
-            precondition=None if transform is None else transform,
-            seed=params["seed"],
-            iters=params["iters"],
-            lam=params["lam"],
-        )
-        q._set_fitted(
-            get_encoding(params["bits"], params["query_bits"]),
-            resolve_similarity(params["similarity"]),
-            params["dim"],
-            np.array(arrays["centroid"], dtype=np.float32),
-            transform,
-        )
-        if q.fingerprint_ != params["fingerprint"]:
-            raise ValueError("quantizer state is inconsistent (fingerprint mismatch)")
-        return q
-
-    def with_query_bits(self, query_bits) -> BBQQuantizer:
-        """A copy of this fitted quantizer scoring queries at another bit width.
-
-        The doc codes stay valid (the fingerprint does not depend on the query bits).
-        """
-        self._check_fitted()
-        params, arrays = self.get_state()
-        params["query_bits"] = query_bits
-        return type(self).from_state(params, arrays)
-
-
-def _make_transform(spec, dim: int, seed):
-    if spec is None or spec is False:
-        return None
-    from ..transforms import make_transform
-
-    return make_transform(spec, dim, seed=seed)

@@ -10,10 +10,16 @@ import numpy as np
 from .. import scoring
 from .._kernels.rabitq import bound_rerank, sweep_levels
 from .._kernels.scoring import EMPTY_ID
-from .._validation import check_k, check_vectors, prepare_for_similarity
-from ..encoding import DOC_BITS, Encoding, get_encoding
+from .._params import Boolean, Integer
+from .._validation import check_k
+from ..encoding import (
+    ENCODINGS,
+    FAMILIES,
+    RABITQ_CORRECTIONS_I32,
+    RABITQ_CORRECTIONS_U16,
+    Encoding,
+)
 from ..packing import pack_planes, plane_words, unpack_planes
-from ..similarity import resolve_similarity
 from .base import Quantizer
 from .encoded import EncodedVectors
 from .registry import register_quantizer
@@ -28,29 +34,14 @@ __all__ = [
     "rabitq_encoding",
 ]
 
-#: Bits per dimension of stored RaBitQ codes.
-RABITQ_BITS = (1, 2, 3, 4, 5, 6, 7, 8)
+#: Bits per dimension of stored RaBitQ codes (the registry's rabitq rows).
+RABITQ_BITS = FAMILIES["rabitq"].doc_bits
 #: Query bits; ``None`` is an unquantized float query.
-RABITQ_QUERY_BITS = (4, 7, 8, None)
+RABITQ_QUERY_BITS = FAMILIES["rabitq"].query_bits
 #: Default confidence multiplier of the error bound (a z-score: about 94% per pair).
 DEFAULT_EPS0 = 1.9
 #: Most vectors rescored per query by ``rerank="bound"`` (Elasticsearch's rescore cap).
 BOUND_RERANK_CAP = 10_000
-
-#: Per-vector corrections, little endian, 14 bytes (1 to 4-bit codes):
-#: ``delta_over_a`` = Δ/a_o = r_o² / <y, o'> (the code scale of the unbiased estimator),
-#: ``additional`` = ||o_r - c||² (euclidean) or <o_r, c> (inner products),
-#: ``error`` = r_o sqrt(1 - a_o²) / a_o / sqrt(D - 1) (ε₀ left out: a search-time choice),
-#: ``component_sum`` = Σ x_u.
-RABITQ_CORRECTIONS_U16 = np.dtype(
-    [("delta_over_a", "<f4"), ("additional", "<f4"), ("error", "<f4"), ("component_sum", "<u2")]
-)
-#: Same fields, 16 bytes, for 5 to 8-bit codes (their component sum overflows 16 bits).
-RABITQ_CORRECTIONS_I32 = np.dtype(
-    [("delta_over_a", "<f4"), ("additional", "<f4"), ("error", "<f4"), ("component_sum", "<i4")]
-)
-# Wire numbers of RaBitQ encodings start here, clear of BBQ's (doc_bits * 16 + query_bits).
-_WIRE_BASE = 0x100
 # Rows encoded per chunk (bounds float64 temporaries at chunk * d * 8 bytes).
 _CHUNK = 8192
 # Queries per dense estimate in rerank="bound": at most 32, and at most 2^22 (query, doc)
@@ -62,38 +53,13 @@ _FAST_SAMPLES = 100
 
 
 def rabitq_encoding(bits: int, query_bits: int | None | str = "auto") -> Encoding:
-    """The encoding record of RaBitQ codes: ``bits`` bit planes at every width.
+    """The registry row of RaBitQ codes (``bits`` bit planes at every width).
 
-    A sibling of :func:`bbqlib.encoding.get_encoding` (whose 7/8-bit rows are bytes with BBQ's
-    corrections): RaBitQ stores ``bits`` planes of ``padded_dim(d) / 8`` bytes (the top plane
-    is the sign bit) plus :data:`RABITQ_CORRECTIONS_U16` (14 B, 1-4 bits) or
-    :data:`RABITQ_CORRECTIONS_I32` (16 B, 5-8 bits). ``query_bits="auto"``: 4 at 1 bit,
-    ``None`` (float query, as faiss's multi-bit stage) above. Wire numbers are
-    ``0x100 + bits * 16 + (query_bits or 0)``. The default oversample is the core table's
-    (3.0 at 1 bit, 1.5 at 2, 1.0 at 4, 7, 8), 1.5 at 3 bits and 1.0 at 5 and 6.
+    ``query_bits="auto"``: 4 at 1 bit, ``None`` (float query, as faiss's multi-bit stage)
+    above. Corrections: :data:`RABITQ_CORRECTIONS_U16` (14 B, 1-4 bits) or
+    :data:`RABITQ_CORRECTIONS_I32` (16 B, 5-8 bits).
     """
-    if isinstance(bits, bool) or bits not in RABITQ_BITS:
-        raise ValueError(f"bits must be an integer in 1..8, got {bits!r}")
-    if isinstance(query_bits, str):
-        if query_bits != "auto":
-            raise ValueError(f"query_bits must be 4, 7, 8, None or 'auto', got {query_bits!r}")
-        query_bits = 4 if bits == 1 else None
-    if isinstance(query_bits, bool) or query_bits not in RABITQ_QUERY_BITS:
-        raise ValueError(
-            f"query_bits must be one of 4, 7, 8, None (float query) or 'auto', got {query_bits!r}"
-        )
-    if bits in DOC_BITS:
-        oversample = get_encoding(bits).default_oversample
-    else:
-        oversample = 1.5 if bits == 3 else 1.0
-    return Encoding(
-        doc_bits=bits,
-        query_bits=query_bits,
-        wire=_WIRE_BASE + bits * 16 + (query_bits or 0),
-        layout="planes",
-        corrections_dtype=RABITQ_CORRECTIONS_U16 if bits <= 4 else RABITQ_CORRECTIONS_I32,
-        default_oversample=oversample,
-    )
+    return ENCODINGS.lookup("rabitq", bits, query_bits)
 
 
 def _check_eps0(eps0) -> float:
@@ -191,7 +157,12 @@ class RaBitQQuantizer(Quantizer):
     ((2, 1000), True)
     """
 
+    family = "rabitq"
+    has_error_bound = True
+    default_eps0 = DEFAULT_EPS0
     _param_names = ("bits", "query_bits", "similarity", "rotation", "seed", "fast")
+    _transform_param = "rotation"
+    _constraints = {"fast": [Boolean()], "seed": [None, Integer()]}
 
     def __init__(
         self,
@@ -211,49 +182,40 @@ class RaBitQQuantizer(Quantizer):
         self.fast = fast
 
     # -- fitting ----------------------------------------------------------------------------
-    def fit(self, X) -> RaBitQQuantizer:
-        """Validate the parameters, draw the rotation and fix the centre (the rotated mean)."""
-        encoding = rabitq_encoding(self.bits, self.query_bits)
-        similarity = resolve_similarity(self.similarity)
-        if not isinstance(self.fast, (bool, np.bool_)):
-            raise ValueError(f"fast must be True or False, got {self.fast!r}")
-        X = check_vectors(X, "X")
-        if X.shape[1] > encoding.max_dim:
-            raise ValueError(
-                f"{encoding.doc_bits}-bit RaBitQ codes support at most {encoding.max_dim} "
-                f"dimensions (the component sum would overflow), got {X.shape[1]}; use bits >= 5"
-            )
-        X = prepare_for_similarity(X, similarity, "X")
-        transform = _make_transform(self.rotation, X.shape[1], self.seed)
-        if transform is not None:
-            X = transform.transform(X)
-        centroid = X.mean(axis=0, dtype=np.float64).astype(np.float32)
-        factor = fast_rescale_factor(X.shape[1], encoding.doc_bits) if self.fast else 0.0
-        self._set_fitted(encoding, similarity, X.shape[1], centroid, transform, factor)
-        return self
+    def _fit_transformed(self, X: np.ndarray) -> None:
+        """The centre (the rotated mean) and, with ``fast``, the fixed rescaling factor."""
+        self._set_centroid(X.mean(axis=0, dtype=np.float64))
+        d, bits = X.shape[1], self.encoding_.doc_bits
+        self.rescale_factor_ = fast_rescale_factor(d, bits) if self.fast else 0.0
 
-    def _set_fitted(self, encoding, similarity, dim, centroid, transform, factor) -> None:
-        self.encoding_ = encoding
-        self.similarity_ = similarity
-        self.dim_ = int(dim)
+    def _set_centroid(self, centroid) -> None:
         self.centroid_ = np.asarray(centroid, dtype=np.float32)
         self.centroid_.flags.writeable = False
         self.centroid_dot_ = float(np.dot(self.centroid_.astype(np.float64), self.centroid_))
-        self.transform_ = transform
-        self.rescale_factor_ = float(factor)
-        self.fingerprint_ = self._fingerprint(
-            encoding.doc_bits,
-            similarity.value,
+
+    def _fingerprint_parts(self) -> tuple:
+        return (
+            self.encoding_.doc_bits,
+            self.similarity_.value,
             bool(self.fast),
             self.rescale_factor_,
             self.centroid_,
-            None if transform is None else transform.fingerprint(),
         )
+
+    def _state(self) -> tuple[dict, dict]:
+        return (
+            {"fast": bool(self.fast), "rescale_factor": self.rescale_factor_},
+            {"centroid": np.asarray(self.centroid_)},
+        )
+
+    def _restore(self, params: dict, arrays: dict) -> None:
+        self._set_centroid(np.array(arrays["centroid"], dtype=np.float32))
+        self.rescale_factor_ = float(params["rescale_factor"])
 
     # -- encoding ---------------------------------------------------------------------------
     def rotate(self, X: np.ndarray) -> np.ndarray:
         """Apply the fitted rotation to validated, prepared rows (no copy without one)."""
-        return X if self.transform_ is None else self.transform_.transform(X)
+        return self._rotated(X)
 
     def encode(self, X) -> EncodedVectors:
         """Quantize docs: ``bits`` bit planes and 14 (16 above 4 bits) bytes of corrections."""
@@ -507,56 +469,6 @@ class RaBitQQuantizer(Quantizer):
             ids[q0:q1] = np.where(empty, -1, heap_ids)
         return raw, ids, reads
 
-    # -- state for files --------------------------------------------------------------------
-    def get_state(self) -> tuple[dict, dict]:
-        """``(params, arrays)`` that :meth:`from_state` turns back into this fitted quantizer."""
-        self._check_fitted()
-        params = {
-            "class": type(self).__name__,
-            "bits": self.encoding_.doc_bits,
-            "query_bits": self.encoding_.query_bits,
-            "similarity": self.similarity_.value,
-            "seed": self.seed,
-            "fast": bool(self.fast),
-            "rescale_factor": self.rescale_factor_,
-            "dim": self.dim_,
-            "fingerprint": self.fingerprint_,
-        }
-        return self._state_with_transform(params)
-
-    @classmethod
-    def from_state(cls, params: dict, arrays: dict) -> RaBitQQuantizer:
-        transform = cls._transform_from_state(params, arrays)
-        q = cls(
-            bits=params["bits"],
-            query_bits=params["query_bits"],
-            similarity=params["similarity"],
-            rotation=transform,
-            seed=params["seed"],
-            fast=params["fast"],
-        )
-        q._set_fitted(
-            rabitq_encoding(params["bits"], params["query_bits"]),
-            resolve_similarity(params["similarity"]),
-            params["dim"],
-            np.array(arrays["centroid"], dtype=np.float32),
-            transform,
-            params["rescale_factor"],
-        )
-        if q.fingerprint_ != params["fingerprint"]:
-            raise ValueError("quantizer state is inconsistent (fingerprint mismatch)")
-        return q
-
-    def with_query_bits(self, query_bits) -> RaBitQQuantizer:
-        """A copy of this fitted quantizer scoring queries at another bit width.
-
-        The doc codes stay valid (the fingerprint does not depend on the query bits).
-        """
-        self._check_fitted()
-        params, arrays = self.get_state()
-        params["query_bits"] = query_bits
-        return type(self).from_state(params, arrays)
-
 
 def _quantize_rows(Xr: np.ndarray, c: np.ndarray, bits: int, factor: float | None):
     """Codes and corrections of rotated rows against centre ``c`` (spec §2.1-2.3).
@@ -594,11 +506,3 @@ def _quantize_rows(Xr: np.ndarray, c: np.ndarray, bits: int, factor: float | Non
         "r2": r2,
     }
     return x_u, fields
-
-
-def _make_transform(spec, dim: int, seed):
-    if spec is None or spec is False:
-        return None
-    from ..transforms import make_transform
-
-    return make_transform(spec, dim, seed=seed)

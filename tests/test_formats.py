@@ -1,0 +1,102 @@
+"""The format policy (docs/formats.md): every earlier version keeps opening and serving the
+same results; a newer version fails with an error naming its version and the newest read.
+
+The fixture files under tests/fixtures/formats were written by scripts/make_format_fixtures.py
+with the bbqlib of their day (flat format 1; IVF formats 1 and 2), next to the results that
+bbqlib returned for them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import bbqlib
+from bbqlib.io.container import (
+    FORMAT_VERSION,
+    UnsupportedFormatError,
+    read_container,
+    write_container,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "formats"
+
+
+def _cases():
+    for tag_dir in sorted(FIXTURES.iterdir()):
+        info = json.loads((tag_dir / "info.json").read_text())
+        for name in info["cases"]:
+            yield pytest.param(tag_dir.name, name, id=f"{tag_dir.name}-{name}")
+
+
+@pytest.mark.parametrize(("tag", "name"), _cases())
+def test_old_files_open_and_serve_the_recorded_results(tag, name, tmp_path):
+    ivf = tag.startswith("ivf")
+    src = FIXTURES / tag / (name if ivf else f"{name}.bbq")
+    path = tmp_path / src.name
+    (shutil.copytree if ivf else shutil.copy)(src, path)  # opening may clean a directory
+    expected = np.load(FIXTURES / tag / f"{name}.expected.npz")
+    index = bbqlib.load(path)
+    kwargs = {"visit_percentage": 50.0} if ivf else {}
+    for rerank in (True, False):
+        scores, ids = index.search(expected["queries"], k=5, rerank=rerank, **kwargs)
+        np.testing.assert_array_equal(ids, expected[f"ids_rerank{int(rerank)}"])
+        np.testing.assert_allclose(
+            scores, expected[f"scores_rerank{int(rerank)}"], rtol=1e-6, atol=1e-7
+        )
+
+
+def test_old_flat_files_save_in_the_current_format(tmp_path):
+    src = FIXTURES / "flat_v1" / "int8_per_dim_euclidean.bbq"
+    index = bbqlib.load(src)
+    index.save(tmp_path / "new.bbq")
+    _, meta, _ = read_container(tmp_path / "new.bbq")
+    assert meta["format_version"] == bbqlib.index.flat.FORMAT_VERSION
+    assert meta["encoding_wire"] == index.quantizer.encoding_.wire
+    assert bbqlib.encoding_from_wire(meta["encoding_wire"]).family == "int8_per_dim"
+
+
+def _newer_flat(tmp_path) -> Path:
+    src = FIXTURES / "flat_v1" / "bbq1_cosine.bbq"
+    kind, meta, arrays = read_container(src, mmap=False)
+    meta["format_version"] = bbqlib.index.flat.FORMAT_VERSION + 1
+    return write_container(tmp_path / "newer.bbq", kind, meta, arrays)
+
+
+def test_newer_flat_file_names_its_version(tmp_path):
+    path = _newer_flat(tmp_path)
+    newest = bbqlib.index.flat.FORMAT_VERSION
+    with pytest.raises(UnsupportedFormatError, match=f"flat index format version {newest + 1}"):
+        bbqlib.load(path)
+    with pytest.raises(bbqlib.CorruptFileError, match=f"versions 1 to {newest}: upgrade"):
+        bbqlib.load(path)
+
+
+def test_newer_container_names_its_version(tmp_path):
+    path = tmp_path / "c.bbq"
+    shutil.copy(FIXTURES / "flat_v1" / "bbq1_cosine.bbq", path)
+    raw = bytearray(path.read_bytes())
+    raw[8:12] = (FORMAT_VERSION + 1).to_bytes(4, "little")
+    path.write_bytes(bytes(raw))
+    with pytest.raises(
+        UnsupportedFormatError, match=f"container format version {FORMAT_VERSION + 1}"
+    ):
+        bbqlib.load(path)
+
+
+def test_newer_ivf_directory_names_its_version(tmp_path):
+    from bbqlib.index import ivf_storage
+
+    path = tmp_path / "ivf"
+    shutil.copytree(FIXTURES / "ivf_v2" / "ivf1_cosine", path)
+    manifest = json.loads((path / "MANIFEST").read_text())
+    manifest["format_version"] = ivf_storage.FORMAT_VERSION + 1
+    (path / "MANIFEST").write_text(json.dumps(manifest))
+    with pytest.raises(
+        UnsupportedFormatError, match=f"IVF format version {manifest['format_version']}"
+    ):
+        bbqlib.load(path)
