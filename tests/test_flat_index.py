@@ -77,7 +77,7 @@ def test_constructor_errors():
     with pytest.raises(TypeError, match="Quantizer"):
         FlatIndex("bbq")
     with pytest.raises(ValueError, match="bits"):
-        FlatIndex(bits=3).add(np.ones((2, 4), np.float32))
+        FlatIndex(bits=9).add(np.ones((2, 4), np.float32))
 
 
 # ----------------------------------------------------------------------------- searching
