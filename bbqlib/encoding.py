@@ -51,6 +51,7 @@ __all__ = [
     "EncodingRegistry",
     "ENCODINGS",
     "FAMILIES",
+    "LUT_LANES",
     "DOC_BITS",
     "QUERY_BITS",
     "get_encoding",
@@ -78,6 +79,9 @@ RABITQ_CORRECTIONS_I32 = np.dtype(
 NO_CORRECTIONS = np.dtype([])
 #: int8 global stores Lucene's float32 score offset (inner-product similarities only).
 OFFSET_CORRECTIONS = np.dtype([("additional", "<f4")])
+
+#: Docs per block of the lookup-table layout of plane codes: one per byte of an AVX2 register.
+LUT_LANES = 32
 
 #: Every query width a row may have; ``None`` is an unquantized float query.
 QUERY_BITS = (4, 7, 8, None)

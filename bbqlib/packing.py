@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .encoding import padded_dim
+from .encoding import LUT_LANES, padded_dim
 
 __all__ = [
     "pack_codes",
@@ -78,10 +78,6 @@ def plane_words(packed: np.ndarray) -> np.ndarray:
     """View packed plane rows [n, bytes] as uint64 words [n, bytes / 8] (no copy if contiguous)."""
     packed = np.ascontiguousarray(packed, dtype=np.uint8)
     return packed.view(np.uint64)
-
-
-#: Docs per block of the lookup-table layout: one per byte of an AVX2 register.
-LUT_LANES = 32
 
 
 def lut_blocks(packed: np.ndarray) -> np.ndarray:

@@ -36,6 +36,17 @@ class Similarity(enum.Enum):
         """True when the raw value is a distance (smaller is better)."""
         return self is Similarity.EUCLIDEAN
 
+    def key(self, raw):
+        """The ranking key of raw values (higher is better): ``-d²`` or the inner product.
+
+        Every scan, heap and merge inside bbqlib ranks by keys; :meth:`raw` inverts it.
+        """
+        return -raw if self is Similarity.EUCLIDEAN else raw
+
+    def raw(self, key):
+        """Raw values (``d²`` or the inner product) of ranking keys."""
+        return -key if self is Similarity.EUCLIDEAN else key
+
 
 _CODES = {
     Similarity.EUCLIDEAN: 0,
@@ -82,7 +93,7 @@ def scores_from_raw(similarity: Similarity, raw: np.ndarray) -> np.ndarray:
 
 def rank_key(similarity: Similarity, raw: np.ndarray) -> np.ndarray:
     """A key whose larger values rank first: ``-d2`` for euclidean, ``ip`` otherwise."""
-    return -raw if similarity.is_distance else raw
+    return similarity.key(raw)
 
 
 def exact_raw(similarity: Similarity, queries: np.ndarray, vectors: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ import _common  # noqa: E402
 import bbqlib  # noqa: E402
 from bbqlib._validation import prepare_for_similarity  # noqa: E402
 from bbqlib.analysis import estimation_error, recall_at_k  # noqa: E402
-from bbqlib.index.rerank import exact_rerank  # noqa: E402
+from bbqlib.scoring import exact_mode, exact_values, rerank_keys  # noqa: E402
 
 DATASETS = ("spacy-wordvec-300", "debian-minilm-384")
 TRANSFORMS = ("dense", "block", "hadamard")
@@ -223,3 +223,8 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def exact_rerank(queries, vectors, ids, k, sim):
+    """Exact rerank of candidate ids: ``(keys, ids)`` of the best ``k``."""
+    return rerank_keys(exact_values(queries, vectors, ids, exact_mode(sim)), ids, k, sim)

@@ -41,8 +41,8 @@ import peers  # noqa: E402
 from bbqlib import FlatIndex  # noqa: E402
 from bbqlib._validation import prepare_for_similarity  # noqa: E402
 from bbqlib.analysis import recall_at_k  # noqa: E402
-from bbqlib.index.rerank import exact_rerank  # noqa: E402
 from bbqlib.quantizers.rabitq import RaBitQQuantizer  # noqa: E402
+from bbqlib.scoring import exact_mode, exact_values, rerank_keys  # noqa: E402
 from bbqlib.similarity import resolve_similarity  # noqa: E402
 from bbqlib.transforms import DenseRotation  # noqa: E402
 
@@ -303,3 +303,8 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def exact_rerank(queries, vectors, ids, k, sim):
+    """Exact rerank of candidate ids: ``(keys, ids)`` of the best ``k``."""
+    return rerank_keys(exact_values(queries, vectors, ids, exact_mode(sim)), ids, k, sim)

@@ -89,7 +89,7 @@ def test_newer_container_names_its_version(tmp_path):
 
 
 def test_newer_ivf_directory_names_its_version(tmp_path):
-    from bbqlib.index import ivf_storage
+    from bbqlib.index.ivf import storage as ivf_storage
 
     path = tmp_path / "ivf"
     shutil.copytree(FIXTURES / "ivf_v2" / "ivf1_cosine", path)

@@ -28,10 +28,11 @@ from bbqlib._kernels import ivf as KI
 from bbqlib._kernels import scoring as KS
 from bbqlib.analysis.ground_truth import exact_knn
 from bbqlib.encoding import get_encoding
-from bbqlib.index import ivf_search as S
-from bbqlib.index import ivf_storage as ST
+from bbqlib.index.ivf import plan as S
+from bbqlib.index.ivf import storage as ST
 from bbqlib.packing import pack_planes, plane_words
-from bbqlib.quantizers.osq import quantize_rows
+from bbqlib.quantizers.osq import quantize_pairs, quantize_rows
+from bbqlib.scoring import dedup_topk
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 DIMS = [1, 3, 7, 63, 65, 127, 384]
@@ -103,7 +104,7 @@ def _random_visits(rng, K, nq, d, encoding):
 
 
 @pytest.mark.parametrize("d", DIMS)
-@pytest.mark.parametrize("doc_bits", [1, 2, 4, 7])
+@pytest.mark.parametrize("doc_bits", [1, 2, 3, 4, 5, 7])
 def test_scan_kernel_matches_reference(d, doc_bits):
     rng = np.random.default_rng(d * 10 + doc_bits)
     enc = get_encoding(doc_bits)
@@ -156,7 +157,7 @@ def test_scan_kernel_matches_reference(d, doc_bits):
                     keys,
                     hids,
                 )
-            got_k, got_i = S.dedup_topk(keys, hids, k)
+            got_k, got_i = dedup_topk(keys, hids, k)
             ref_k, ref_i = scan_reference(
                 q_codes,
                 qf,
@@ -284,7 +285,7 @@ def test_pair_quantization_equals_quantize_rows(d, is_l2, bits, iters):
     rows = np.concatenate([rng.integers(0, 40, 60), [3, 4, 5]])
     lists = np.concatenate([rng.integers(0, 5, 60), [0, 1, 2]])
     planes = bits if bits <= 4 else 0
-    codes, f = S.encode_residuals(X, rows, C, lists, bits, is_l2, iters, planes=planes)
+    codes, f = quantize_pairs(X, rows, C, lists, bits, is_l2, iters, planes=planes)
     for i in range(rows.size):
         res = quantize_rows(X[rows[i]][None], C[lists[i]], bits, euclidean=is_l2, iters=iters)
         expect = pack_planes(res.codes, bits) if planes else res.codes
@@ -298,7 +299,7 @@ def test_pair_quantization_equals_quantize_rows(d, is_l2, bits, iters):
 def test_dedup_keeps_best_copy():
     keys = np.array([[5.0, 4.0, 3.0, 2.0, -np.inf, -np.inf]])
     ids = np.array([[7, 3, 7, 3, KS.EMPTY_ID, KS.EMPTY_ID]])
-    k, i = S.dedup_topk(keys, ids, 3)
+    k, i = dedup_topk(keys, ids, 3)
     assert i.tolist() == [[7, 3, -1]] and k[0, :2].tolist() == [5.0, 4.0]
 
 
@@ -312,7 +313,7 @@ def test_dedup_kernel_matches_reference(H):
     ids[empty] = KS.EMPTY_ID
     keys[empty] = -np.inf
     for k in (1, 5, H):
-        got = S.dedup_topk(keys, ids, k)
+        got = dedup_topk(keys, ids, k)
         ref = dedup_topk_reference(keys, ids, k, KS.EMPTY_ID)
         np.testing.assert_array_equal(got[1], ref[1])
         np.testing.assert_array_equal(got[0], ref[0])
@@ -365,7 +366,7 @@ def test_structure_and_soar(built, data):
     assert built.list_sizes.tolist() == (primaries + spills).tolist()
     # Every entry sits in its id's primary or SOAR list.
     owner = np.repeat(np.arange(K), built.list_sizes)
-    ids = np.asarray(built._ids)
+    ids = np.asarray(built._postings.ids)
     assert ((assign[ids, 0] == owner) | (assign[ids, 1] == owner)).all()
     _, res = built.search(Q, 50, visit_percentage=100, rerank=False)
     for row in res:
@@ -373,7 +374,7 @@ def test_structure_and_soar(built, data):
 
 
 def test_spill_costs_and_cap(rng):
-    from bbqlib.index.ivf_build import cap_spills
+    from bbqlib.index.ivf.build import cap_spills
 
     X = rng.normal(size=(500, 17)).astype(np.float32)
     C = rng.normal(size=(6, 17)).astype(np.float32)
@@ -525,7 +526,10 @@ def test_save_open_round_trip(built, data, tmp_path):
             np.testing.assert_array_equal(a[1], b[1])
             np.testing.assert_array_equal(a[0], b[0])
     assert opened.verify()["lists"] == built.n_lists
-    assert isinstance(opened._codes.base, np.memmap) or opened._codes.base is not None
+    assert (
+        isinstance(opened._postings.codes.base, np.memmap)
+        or opened._postings.codes.base is not None
+    )
     manifest = json.loads((tmp_path / "ix" / "MANIFEST").read_text())
     assert manifest["magic"] == "bbqlib-ivf" and manifest["format_version"] == 2
 
@@ -538,7 +542,9 @@ def test_path_mode_streams_and_serves_from_disk(data, tmp_path):
     index.add(tmp_path / "x.npy")
     assert (where / "MANIFEST").exists()
     assert not list(where.glob(".work.*"))  # temporary working copy removed
-    assert isinstance(index._codes, np.ndarray) and not index._codes.flags.writeable
+    assert (
+        isinstance(index._postings.codes, np.ndarray) and not index._postings.codes.flags.writeable
+    )
     a = index.search(Q, 10)
     index.add(X[3000:3500])  # saved again as a new generation
     index.delete([0, 1])
@@ -575,9 +581,9 @@ def test_fault_flipped_byte_in_a_list(built, data, tmp_path, monkeypatch):
     # Flip one code byte of the list the first query visits first.
     ranked = S.rank_lists(Q[:1] / np.linalg.norm(Q[:1]), index._table, False, 0, dense=True)
     j = int(ranked[0, 0])
-    entry = int(index._list_start[j])
+    entry = int(index._postings.start[j])
     postings = _postings(tmp_path / "ix")
-    offset = _section(postings, "codes")["offset"] + entry * index._codes.shape[1]
+    offset = _section(postings, "codes")["offset"] + entry * index._postings.codes.shape[1]
     del index
     _flip_bits(postings, offset, 0x10)
     index = IVFIndex.open(tmp_path / "ix")  # open reads no list: no error yet

@@ -19,8 +19,8 @@ from bbqlib import CorruptFileError, IVFIndex
 from bbqlib._kernels import lut as L
 from bbqlib._kernels import scoring as KS
 from bbqlib.encoding import get_encoding, padded_dim
-from bbqlib.index import ivf_search as S
 from bbqlib.packing import lut_blocks, lut_list_blocks, pack_planes
+from bbqlib.scoring import dedup_topk
 
 needs_avx2 = pytest.mark.skipif(
     not L.avx2_available(), reason="the lookup-table kernel needs AVX2 (popcount scan serves)"
@@ -57,7 +57,7 @@ def test_lut_scan_kernel_matches_reference(d, doc_bits, numba_threads):
                     cc, enc.doc_planes, padded_dim(d) // 8, d, is_l2,
                     np.empty(0, np.uint8) if mask is None else mask, keys, hids,
                 )  # fmt: skip
-                got_k, got_i = S.dedup_topk(keys, hids, k)
+                got_k, got_i = dedup_topk(keys, hids, k)
                 ref_k, ref_i = scan_reference(
                     q_codes, qf, pair_list, pair_start, start, codes, df, ids, cc, d, is_l2,
                     mask, k,
@@ -112,14 +112,14 @@ def test_format_2_files_carry_checked_blocks(vectors, tmp_path):
     index.save(tmp_path / "ix")
     assert json.loads((tmp_path / "ix" / "MANIFEST").read_text())["format_version"] == 2
     opened = IVFIndex.open(tmp_path / "ix")
-    assert opened._lut is not None and isinstance(opened._lut[0].base, np.memmap)
+    assert opened._postings.lut is not None and isinstance(opened._postings.lut[0].base, np.memmap)
     got = opened.search(Q, 10, visit_percentage=20.0)
     np.testing.assert_array_equal(got[1], expected[1])
     # Flip a byte of the blocks of the list the first query visits first.
     ranked = S.rank_lists(Q[:1] / np.linalg.norm(Q[:1]), opened._table, False, 0, dense=True)
     j = int(ranked[0, 0])
-    block = int(opened._lut[1][j])
-    width = opened._lut[0].shape[1]
+    block = int(opened._postings.lut[1][j])
+    width = opened._postings.lut[0].shape[1]
     postings = _postings(tmp_path / "ix")
     offset = _section(postings, "lut_codes")["offset"] + block * width + 3
     del opened
@@ -159,19 +159,21 @@ def test_format_1_files_open_and_serve(vectors, tmp_path, monkeypatch):
     index = IVFIndex(bits=1, similarity="cosine", cluster_size=64)
     index.add(X)
     expected = index.search(Q, 10, visit_percentage=20.0)
-    plain = IVFIndex._postings_to_store
+    from bbqlib.index.ivf.postings import Postings
 
-    def without_blocks(self):
-        out = plain(self)
+    plain = Postings.to_store
+
+    def without_blocks(self, planes):
+        out = plain(self, planes)
         out.pop("lut_codes")
         return out
 
-    monkeypatch.setattr(IVFIndex, "_postings_to_store", without_blocks)
+    monkeypatch.setattr(Postings, "to_store", without_blocks)
     index.save(tmp_path / "ix")
     manifest = tmp_path / "ix" / "MANIFEST"
-    manifest.write_text(manifest.read_text().replace('"format_version": 2', '"format_version": 1'))
+    manifest.write_text(manifest.read_text().replace('"format_version": 3', '"format_version": 1'))
     opened = IVFIndex.open(tmp_path / "ix")
-    assert opened._lut is None
+    assert opened._postings.lut is None
     got = opened.search(Q, 10, visit_percentage=20.0)
     np.testing.assert_array_equal(got[1], expected[1])
     np.testing.assert_array_equal(got[0], expected[0])

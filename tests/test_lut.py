@@ -17,6 +17,7 @@ from bbqlib._kernels import lut as L
 from bbqlib._kernels import scoring as K
 from bbqlib.encoding import padded_dim
 from bbqlib.packing import lut_blocks, pack_planes
+from bbqlib.scoring import scan as scan_module
 
 needs_avx2 = pytest.mark.skipif(
     not L.avx2_available(), reason="the lookup-table kernel needs AVX2 (popcount scan serves)"
@@ -119,8 +120,8 @@ def test_scan_equals_popcount_scan(dp, is_l2, numba_threads):
         for k in (1, 10, 64):
             for allowed in (np.empty(0, np.uint8), mask):
                 chunks = max(1, min(threads, -(-n // K.BLOCK)))
-                lut = scoring._scan(q, docs, k, allowed, 3, chunks)
-                assert scoring._use_lut(q)
+                lut = scan_module._scan(q, docs, k, allowed, 3, chunks)
+                assert scoring.use_lut(q.planes, docs.kind)
                 ref_keys = np.full((chunks, len(q), k), -np.inf)
                 ref_ids = np.full((chunks, len(q), k), K.EMPTY_ID, dtype=np.int64)
                 K.scan_planes(
@@ -159,4 +160,4 @@ def test_search_same_with_and_without_the_lut_kernel(monkeypatch, make_vectors):
 
 def test_wide_queries_take_the_popcount_scan():
     q = plane_queries(np.ones((2, 70), np.uint8), 7)
-    assert not scoring._use_lut(q)
+    assert not scoring.use_lut(q.planes, "planes")

@@ -19,9 +19,8 @@ from reference.osq import (
 
 from bbqlib import BBQQuantizer
 from bbqlib._kernels.osq import _pass_sums, _row_stats
-from bbqlib.index.ivf_search import encode_residuals
 from bbqlib.packing import pack_planes
-from bbqlib.quantizers.osq import quantize_rows
+from bbqlib.quantizers.osq import quantize_pairs, quantize_rows
 
 DIMS = [1, 2, 3, 7, 8, 9, 63, 64, 65, 127, 384, 1000]
 BITS = list(range(1, 9))
@@ -201,7 +200,7 @@ def test_ivf_pair_quantization_shares_the_row_body(d, bits):
     rows = np.repeat(np.arange(X.shape[0]), 3)
     lists = np.tile(np.arange(3), X.shape[0])
     planes = bits if bits <= 4 else 0
-    codes, f = encode_residuals(X, rows, C, lists, bits, False, 5, planes=planes)
+    codes, f = quantize_pairs(X, rows, C, lists, bits, False, 5, planes=planes)
     for i in range(rows.size):
         res = quantize_rows(X[rows[i]][None], C[lists[i]], bits, euclidean=False)
         expect = pack_planes(res.codes, bits) if planes else res.codes

@@ -1,4 +1,4 @@
-"""Exact candidate rescoring (bbqlib._kernels.rerank via bbqlib.scoring.rerank_exact).
+"""Exact candidate rescoring (bbqlib._kernels.rerank via bbqlib.scoring.exact_values).
 
 The kernel's values are lane sums of float64 terms: bit for bit those of the NumPy twin
 ``reference.rerank`` (for any thread count, any group of candidates scored together, any
@@ -12,8 +12,13 @@ import pytest
 from reference.rerank import exact_candidates as reference_candidates
 from reference.rerank import exact_terms
 
-from bbqlib._kernels.rerank import exact_candidates
-from bbqlib.scoring import rerank_exact
+from bbqlib._kernels.rerank import COSINE, exact_candidates, exact_candidates_serial
+from bbqlib.scoring import exact_values
+
+
+def rerank_exact(Q, V, cand, is_l2):
+    return exact_values(Q, V, cand, int(is_l2))
+
 
 DIMS = [1, 3, 7, 8, 9, 63, 64, 65, 127, 384, 1000, 1536]
 U64 = float(np.finfo(np.float64).eps) / 2  # unit roundoff
@@ -173,11 +178,11 @@ def test_shapes_k1_nq1_and_empty(is_l2):
         assert rerank_exact(Q[: shape[0]], V, np.empty(shape, np.int64), is_l2).shape == shape
     # the kernel itself, on empty outputs and on padding over an empty vector set
     out = np.empty((0, 4))
-    exact_candidates(Q[:0], V, np.empty((0, 4), np.int64), is_l2, out)
+    exact_candidates(Q[:0], V, np.empty((0, 4), np.int64), int(is_l2), out)
     out = np.empty((3, 0))
-    exact_candidates(Q, V, np.empty((3, 0), np.int64), is_l2, out)
+    exact_candidates(Q, V, np.empty((3, 0), np.int64), int(is_l2), out)
     out = np.zeros((3, 2))
-    exact_candidates(Q, V[:0], np.full((3, 2), -1), is_l2, out)
+    exact_candidates(Q, V[:0], np.full((3, 2), -1), int(is_l2), out)
     assert np.isnan(out).all()
 
 
@@ -215,3 +220,23 @@ def test_non_float_vectors_are_a_typing_error():
         rerank_exact(
             np.ones((1, 8), np.float32), np.ones((2, 8), np.int32), np.zeros((1, 1)), False
         )
+
+
+@pytest.mark.parametrize("mode", [0, 1, COSINE])
+def test_serial_twin_and_cosine_mode(mode):
+    """The serial twin gives the parallel kernel's bits; cosine divides by the doc's norm."""
+    g = np.random.default_rng(11)
+    Q = g.normal(size=(4, 37)).astype(np.float32)
+    V = (g.normal(size=(50, 37)) * g.uniform(0.5, 3, (50, 1))).astype(np.float32)
+    cand = _candidates(4, 9, 50, 3)
+    par = np.empty(cand.shape)
+    ser = np.empty(cand.shape)
+    exact_candidates(Q, V, cand, mode, par)
+    exact_candidates_serial(Q, V, cand, mode, ser)
+    np.testing.assert_array_equal(_bits(par), _bits(ser))
+    if mode == COSINE:
+        v = V.astype(np.float64)
+        ref = np.where(cand >= 0, np.einsum("qd,qmd->qm", Q.astype(np.float64),
+                       v[np.maximum(cand, 0)]) / np.linalg.norm(v[np.maximum(cand, 0)], axis=2),
+                       np.nan)  # fmt: skip
+        np.testing.assert_allclose(par, ref, rtol=1e-12, atol=1e-12)

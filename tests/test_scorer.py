@@ -19,7 +19,7 @@ from bbqlib._kernels import candidates as K
 from bbqlib._kernels.scoring import EMPTY_ID
 from bbqlib.adapters import CandidateScorer, check_ids, exact_scorer
 from bbqlib.packing import pack_planes, unpack_planes
-from bbqlib.scoring import merge_topk
+from bbqlib.scoring import KERNELS, merge_topk
 from bbqlib.similarity import Similarity, exact_raw
 
 DIMS = [1, 3, 7, 63, 65, 127, 384]
@@ -192,7 +192,7 @@ def test_id_range():
 
 
 @pytest.mark.parametrize("layout", ["planes", "bytes", "float-planes"])
-def test_topk_lists_match_reference(layout):
+def test_list_kernels_match_reference(layout):
     g = np.random.default_rng(5)
     n, d, nq, k, nlist = 300, 65, 4, 7, 9
     planes = 7 if layout == "bytes" else 2
@@ -221,19 +221,31 @@ def test_topk_lists_match_reference(layout):
         keys = -raw if is_l2 else raw
         out_k = np.full((nq, k), -np.inf)
         out_i = np.full((nq, k), EMPTY_ID, np.int64)
+        # The IVF list kernels, one query per (query, list) pair, one centre for all lists.
+        valid = probes >= 0
+        pl = np.ascontiguousarray(probes[valid], dtype=np.int32)
+        pq = np.repeat(np.arange(nq), valid.sum(axis=1))
+        ps = np.concatenate([[0], np.cumsum(valid.sum(axis=1))]).astype(np.int64)
+        cc = np.full(nlist, 0.3)
+        tail = (np.empty(0, np.uint8), out_k, out_i)
         if layout == "planes":
             dw = pack_planes(X, planes).view(np.uint64)
             qw = pack_planes(Y, 4).view(np.uint64)
             words = dw.shape[1] // planes
-            args = (qw, qf, dw, df, 4, planes, words, d, 0.3, is_l2)
-            K.topk_lists_planes(*args, ptr, row_ids, probes, out_k, out_i)
+            KERNELS["planes"].lists(
+                qw[pq], qf[pq], pl, ps, ptr, dw, df, row_ids, cc, 4, planes, words, d, is_l2,
+                *tail,
+            )  # fmt: skip
         elif layout == "bytes":
-            K.topk_lists_bytes(Y, qf, X, df, d, 0.3, is_l2, ptr, row_ids, probes, out_k, out_i)
+            KERNELS["bytes"].lists(Y[pq], qf[pq], pl, ps, ptr, X, df, row_ids, cc, d, is_l2,
+                                   *tail)  # fmt: skip
         else:
             packed = pack_planes(X, planes)
             pb = packed.shape[1] // planes
-            args = (Y, qf, packed, df, planes, pb, d, 0.3, is_l2)
-            K.topk_lists_float(*args, ptr, row_ids, probes, out_k, out_i)
+            KERNELS["float"].lists(
+                Y[pq], qf[pq], pl, ps, ptr, packed, df, row_ids, cc, planes, pb, d, is_l2,
+                *tail,
+            )  # fmt: skip
         out_k, out_i = merge_topk(out_k, out_i, k)  # the kernel leaves heaps
         out_i[out_i == EMPTY_ID] = -1
         for q in range(nq):

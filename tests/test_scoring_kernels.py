@@ -19,8 +19,10 @@ from reference.scoring import (
 
 from bbqlib import scoring
 from bbqlib._kernels import scoring as K
+from bbqlib.encoding import ENCODINGS
 from bbqlib.packing import pack_planes, plane_words
-from bbqlib.scoring import DocCodes, QueryCodes, estimate_raw, rerank_exact, topk_raw
+from bbqlib.scoring import DocCodes, QueryCodes, estimate_raw, exact_values
+from bbqlib.scoring import topk_keys as topk_raw
 
 EPS64 = float(np.finfo(np.float64).eps)
 IDENTITY = np.array([0.0, 1.0, 0.0, 0.0])  # (a, l, Σ, add): raw = S = <X, Y> exactly
@@ -34,14 +36,18 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def plane_row(planes: int):
+    """A registry row whose docs are ``planes`` bit planes (OSQ up to 6, RaBitQ above)."""
+    return ENCODINGS[("osq" if planes <= 6 else "rabitq", planes, 4)]
+
+
 def plane_docs(X, planes, factors=None, *, dim=None, cc=0.0, is_l2=False) -> DocCodes:
     n = X.shape[0]
     f = np.tile(IDENTITY, (n, 1)) if factors is None else factors
     return DocCodes(
-        "planes",
+        plane_row(planes),
         _readonly(plane_words(pack_planes(X, planes))),
         np.ascontiguousarray(f, np.float32),
-        planes,
         X.shape[1] if dim is None else dim,
         cc,
         is_l2,
@@ -51,10 +57,9 @@ def plane_docs(X, planes, factors=None, *, dim=None, cc=0.0, is_l2=False) -> Doc
 def byte_docs(X, factors=None, *, cc=0.0, is_l2=False) -> DocCodes:
     f = np.tile(IDENTITY, (X.shape[0], 1)) if factors is None else factors
     return DocCodes(
-        "bytes",
+        ENCODINGS[("osq", 8, 8)],
         _readonly(np.array(X, np.uint8)),
         np.ascontiguousarray(f, np.float32),
-        0,
         X.shape[1],
         cc,
         is_l2,
@@ -328,7 +333,7 @@ def test_adversarial_codes(d, dp, qp):
     # identical all-ones docs tie for the best place against a positive query: ids 3, 4, 5
     assert ids[1, :3].tolist() == [3, 4, 5]
     # a single doc
-    one = DocCodes(docs.kind, docs.data[3:4], docs.factors[3:4], docs.planes, d, 0.0, False)
+    one = DocCodes(docs.encoding, docs.data[3:4], docs.factors[3:4], d, 0.0, False)
     keys, ids = check_scan(q, one, 3)
     assert (ids[:, 0] == 0).all() and (ids[:, 1:] == -1).all()
 
@@ -356,7 +361,7 @@ def test_rerank_exact_matches_float64(is_l2):
     Q = g.normal(size=(3, 65)).astype(np.float32)
     cand = g.integers(0, 40, size=(3, 6))
     cand[1, 4:] = -1
-    out = rerank_exact(Q, V, cand, is_l2)
+    out = exact_values(Q, V, cand, int(is_l2))
     Q64, V64 = Q.astype(np.float64), V.astype(np.float64)
     for r in range(3):
         for j, c in enumerate(cand[r]):

@@ -1,4 +1,4 @@
-"""Scoring chosen candidates: estimates of id lists, top-k over lists, a usearch metric.
+"""Scoring chosen candidates: estimates of id lists and a usearch metric.
 
 Graph and IVF engines hand bbqlib candidate ids; these kernels score exactly those docs with
 the correction algebra of :mod:`bbqlib._kernels.scoring` (the same ``_raw`` expression, in the
@@ -7,10 +7,6 @@ the last bit.
 
 * ``score_ids_*`` — raw estimates of queries ``[nq]`` against candidate ids ``[nq, m]``
   (``-1`` padding gives ``nan``); serial, plus ``*_parallel`` twins over queries.
-* ``topk_lists_*`` — best ``k`` per query over the docs of the probed lists (IVF-shaped
-  candidate generators: faiss coarse quantizers, hnswlib graphs over centroids).
-* ``exact_ids`` — exact raw values (d², inner product or cosine) of one float query against
-  float vectors at candidate ids.
 * :func:`doc_doc_metric` — a numba ``cfunc`` for usearch: the symmetric doc × doc estimate of
   two records (packed codes zero padded to 8 bytes, five float32 factors, 4 zero bytes).
 
@@ -27,7 +23,7 @@ import numpy as np
 from numba import carray
 
 from .policy import kernel, parallel_kernel, prange
-from .scoring import _offer, _raw, byte_dot, float_dot, plane_dot
+from .scoring import _raw, byte_dot, float_dot, plane_dot, unpack_row
 
 __all__ = [
     "score_ids_planes",
@@ -36,36 +32,13 @@ __all__ = [
     "score_ids_planes_parallel",
     "score_ids_bytes_parallel",
     "score_ids_float_parallel",
-    "topk_lists_planes",
-    "topk_lists_bytes",
-    "topk_lists_float",
-    "exact_ids",
-    "exact_ids_parallel",
     "id_range",
-    "unpack_row",
     "doc_doc_metric",
     "RECORD_TAIL",
 ]
 
 #: Bytes after the codes in a usearch record: five float32 factors and four zero bytes.
 RECORD_TAIL = 24
-
-
-@kernel(inline="always")
-def unpack_row(packed, planes, plane_bytes, dim, buf):
-    """Codes of one plane-packed doc into ``buf[:dim]`` (dim 8j + t: byte j, bit 7 - t)."""
-    for i in range(dim):
-        buf[i] = 0
-    for s in range(planes):
-        base = s * plane_bytes
-        for i in range(dim):
-            bit = (np.int64(packed[base + (i >> 3)]) >> (7 - (i & 7))) & 1
-            buf[i] |= np.uint8(bit << s)
-
-
-# ----------------------------------------------------------------------------- id lists
-# One inline body per layout; the serial kernels serve one query (a scorer call, where waking
-# the thread pool would cost more than the work), the parallel ones batches of queries.
 
 
 @kernel(inline="always")
@@ -152,74 +125,6 @@ def score_ids_float_parallel(qv, qf, codes, df, planes, plane_bytes, dim, cc, is
 # (``-1``: none). Keys are ``-d²`` or the inner product; ties break by the lower caller id.
 
 
-@kernel(inline="always")
-def _key(raw, is_l2):
-    return -raw if is_l2 else raw
-
-
-@parallel_kernel
-def topk_lists_planes(
-    qw, qf, dw, df, qp, dp, words, dim, cc, is_l2, list_ptr, row_ids, probes, out_keys, out_ids
-):
-    for q in prange(probes.shape[0]):
-        for p in range(probes.shape[1]):
-            lst = probes[q, p]
-            if lst < 0:
-                continue
-            for r in range(list_ptr[lst], list_ptr[lst + 1]):
-                dot = plane_dot(qw[q], dw[r], qp, dp, words)
-                key = _key(_raw(dim, df[r], qf[q], dot, cc, is_l2), is_l2)
-                if key >= out_keys[q, 0]:
-                    _offer(out_keys[q], out_ids[q], key, row_ids[r])
-
-
-@parallel_kernel
-def topk_lists_bytes(qb, qf, db, df, dim, cc, is_l2, list_ptr, row_ids, probes, out_keys, out_ids):
-    for q in prange(probes.shape[0]):
-        for p in range(probes.shape[1]):
-            lst = probes[q, p]
-            if lst < 0:
-                continue
-            for r in range(list_ptr[lst], list_ptr[lst + 1]):
-                key = _key(_raw(dim, df[r], qf[q], byte_dot(qb[q], db[r]), cc, is_l2), is_l2)
-                if key >= out_keys[q, 0]:
-                    _offer(out_keys[q], out_ids[q], key, row_ids[r])
-
-
-@parallel_kernel
-def topk_lists_float(
-    qv,
-    qf,
-    codes,
-    df,
-    planes,
-    plane_bytes,
-    dim,
-    cc,
-    is_l2,
-    list_ptr,
-    row_ids,
-    probes,
-    out_keys,
-    out_ids,
-):
-    for q in prange(probes.shape[0]):
-        buf = np.empty(dim, dtype=np.uint8)
-        for p in range(probes.shape[1]):
-            lst = probes[q, p]
-            if lst < 0:
-                continue
-            for r in range(list_ptr[lst], list_ptr[lst + 1]):
-                if planes == 0:
-                    dot = float_dot(qv[q], codes[r, :dim])
-                else:
-                    unpack_row(codes[r], planes, plane_bytes, dim, buf)
-                    dot = float_dot(qv[q], buf)
-                key = _key(_raw(dim, df[r], qf[q], dot, cc, is_l2), is_l2)
-                if key >= out_keys[q, 0]:
-                    _offer(out_keys[q], out_ids[q], key, row_ids[r])
-
-
 @kernel
 def id_range(ids):
     """``(min, max)`` of a non-empty int64 array in one pass (cheaper than two NumPy calls)."""
@@ -230,52 +135,6 @@ def id_range(ids):
         lo = min(lo, v)
         hi = max(hi, v)
     return lo, hi
-
-
-# ----------------------------------------------------------------------------- exact values
-
-
-@kernel(inline="always")
-def _exact_row(query, vectors, ids, mode, out):
-    d = query.shape[0]
-    for j in range(ids.shape[0]):
-        i = ids[j]
-        if i < 0:
-            out[j] = np.nan
-            continue
-        acc = 0.0
-        if mode == 1:
-            for t in range(d):
-                diff = np.float64(query[t]) - np.float64(vectors[i, t])
-                acc += diff * diff
-        elif mode == 0:
-            for t in range(d):
-                acc += np.float64(query[t]) * np.float64(vectors[i, t])
-        else:
-            sq = 0.0
-            for t in range(d):
-                x = np.float64(vectors[i, t])
-                acc += np.float64(query[t]) * x
-                sq += x * x
-            acc = acc / np.sqrt(sq)
-        out[j] = acc
-
-
-@kernel
-def exact_ids(query, vectors, ids, mode, out):
-    """Exact raw values of one float query and ``vectors[ids[j]]`` (float64 sums).
-
-    ``mode``: 0 inner product, 1 squared L2, 2 cosine (the inner product over the doc's norm;
-    the query is already unit length). Ids < 0 give ``nan``.
-    """
-    _exact_row(query, vectors, ids, mode, out)
-
-
-@parallel_kernel
-def exact_ids_parallel(queries, vectors, ids, mode, out):
-    """:func:`exact_ids` for queries ``[nq, d]`` and candidate ids ``[nq, m]``."""
-    for q in prange(ids.shape[0]):
-        _exact_row(queries[q], vectors, ids[q], mode, out[q])
 
 
 # ----------------------------------------------------------------------------- usearch metric

@@ -37,13 +37,16 @@ from .scoring import (
     _offer,
     _offer_entries,
     byte_dot,
+    float_dot,
     plane_dot,
     plane_dot_q4,
+    unpack_row,
 )
 
 __all__ = [
     "ivf_scan_planes",
     "ivf_scan_bytes",
+    "ivf_scan_float",
     "score_selected_bytes",
     "quantize_pairs",
     "rank_children",
@@ -130,6 +133,55 @@ def ivf_scan_bytes(
                 m = min(stop - b0, BLOCK)
                 for j in range(m):
                     dots[j] = byte_dot(query, db[b0 + j])
+                _block_keys(dots, m, b0, df, qf[p], dim, cc, is_l2, block_keys)
+                _offer_entries(keys, heap_ids, block_keys, m, b0, ids, allowed)
+
+
+@parallel_kernel
+def ivf_scan_float(
+    qv,
+    qf,
+    pair_list,
+    pair_start,
+    list_start,
+    codes,
+    df,
+    ids,
+    list_cc,
+    planes,
+    plane_bytes,
+    dim,
+    is_l2,
+    allowed,
+    out_keys,
+    out_ids,
+):
+    """Heap of the best entries per query over its visited lists (float queries).
+
+    ``qv`` float32 [P, dim]; ``codes`` uint8 rows: ``planes`` bit planes of ``plane_bytes``
+    each (unpacked one entry at a time into a scratch row), or one byte per dimension when
+    ``planes`` is 0. Dots are float64 sums in the order of ``float_dot``.
+    """
+    nq = pair_start.shape[0] - 1
+    for q in prange(nq):
+        dots = np.empty(BLOCK, dtype=np.float64)
+        block_keys = np.empty(BLOCK, dtype=np.float64)
+        buf = np.empty(dim, dtype=np.uint8)
+        keys = out_keys[q]
+        heap_ids = out_ids[q]
+        for p in range(pair_start[q], pair_start[q + 1]):
+            lst = pair_list[p]
+            query = qv[p]
+            cc = list_cc[lst]
+            stop = list_start[lst + 1]
+            for b0 in range(list_start[lst], stop, BLOCK):
+                m = min(stop - b0, BLOCK)
+                for j in range(m):
+                    if planes == 0:
+                        dots[j] = float_dot(query, codes[b0 + j, :dim])
+                    else:
+                        unpack_row(codes[b0 + j], planes, plane_bytes, dim, buf)
+                        dots[j] = float_dot(query, buf)
                 _block_keys(dots, m, b0, df, qf[p], dim, cc, is_l2, block_keys)
                 _offer_entries(keys, heap_ids, block_keys, m, b0, ids, allowed)
 

@@ -40,7 +40,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ..packing import LUT_LANES
+from ..encoding import LUT_LANES
 from .policy import kernel, parallel_kernel, prange
 from .scoring import BLOCK, _offer_block, _offer_entries
 

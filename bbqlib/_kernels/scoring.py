@@ -34,6 +34,7 @@ __all__ = [
     "scan_bytes",
     "scan_float",
     "EMPTY_ID",
+    "unpack_row",
 ]
 
 #: Docs per cache block inside a scan.
@@ -119,6 +120,23 @@ def float_dot(q, d):
     for i in range(d.shape[0]):
         acc += np.float64(q[i]) * np.float64(d[i])
     return acc
+
+
+@kernel(inline="always")
+def unpack_row(packed, planes, plane_bytes, dim, buf):
+    """Codes of one plane-packed doc into ``buf[:dim]`` (dim 8j + t: byte j, bit 7 - t)."""
+    for i in range(dim):
+        buf[i] = 0
+    for s in range(planes):
+        base = s * plane_bytes
+        for i in range(dim):
+            bit = (np.int64(packed[base + (i >> 3)]) >> (7 - (i & 7))) & 1
+            buf[i] |= np.uint8(bit << s)
+
+
+# ----------------------------------------------------------------------------- id lists
+# One inline body per layout; the serial kernels serve one query (a scorer call, where waking
+# the thread pool would cost more than the work), the parallel ones batches of queries.
 
 
 @kernel(inline="always")

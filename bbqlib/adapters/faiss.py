@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import check_vectors, prepare_for_similarity
-from ._lists import ListsIndex, check_positive_int, make_quantizer
+from ..index.lists import ListsIndex, check_positive_int, make_quantizer
 
 __all__ = ["FaissIVFIndex"]
 

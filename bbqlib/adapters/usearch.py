@@ -16,11 +16,18 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import check_k, check_vectors, prepare_for_similarity
-from ..index.rerank import candidate_count, check_oversample, finish
 from ..quantizers import BBQQuantizer, Quantizer
-from ..scoring import merge_topk
+from ..scoring import (
+    candidate_count,
+    check_oversample,
+    check_scores,
+    exact_mode,
+    exact_values,
+    finish,
+    rerank_keys,
+    score_candidates,
+)
 from .records import RecordLayout, make_records
-from .scorer import exact_candidates, score_candidates
 
 __all__ = ["USearchIndex"]
 
@@ -251,7 +258,10 @@ class USearchIndex:
         return self.graph_bytes + self.records_bytes
 
     # -- searching --------------------------------------------------------------------------
-    def search(self, queries, k: int = 10, *, oversample=None, rerank=True, candidates=None):
+    def search(
+        self, queries, k: int = 10, *, oversample=None, rerank=True, candidates=None,
+        scores: str = "similarity",
+    ):  # fmt: skip
         """Search: ``(scores, ids)`` [nq, k] like :meth:`bbqlib.FlatIndex.search`.
 
         Parameters
@@ -264,6 +274,8 @@ class USearchIndex:
             True: rerank on float vectors (exact scores). False: the asymmetric estimates.
         candidates : int, optional
             usearch neighbours to rescore (at least ``expansion_search`` and ``k'``).
+        scores : {"similarity", "raw"}
+            As :meth:`bbqlib.FlatIndex.search`.
 
         Returns
         -------
@@ -275,13 +287,14 @@ class USearchIndex:
         q = self.quantizer
         q._check_fitted()
         k = check_k(k)
+        check_scores(scores)
         if rerank not in (True, False):
             raise ValueError(f"rerank must be True or False, got {rerank!r}")
         Q = q._validated(queries, "queries", allow_1d=True)
         n = self.ntotal
         if n == 0:
-            empty = np.empty((len(Q), 0))
-            return finish(empty, empty.astype(np.int64), k, q.similarity_)
+            return finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), k,
+                          q.similarity_, scores)  # fmt: skip
         vectors = self._rerank_vectors() if rerank else None
         if rerank and vectors is None:
             raise ValueError(
@@ -296,23 +309,13 @@ class USearchIndex:
             count = max(count, _check_int(candidates, "candidates", 1))
         count = min(count, n)
         ids = self._graph_candidates(Q, count)
-        raw = self._rescore(Q, ids)
-        keys = -raw if q.similarity_.is_distance else raw
-        keys = np.where(ids < 0, -np.inf, keys)
-        big = np.iinfo(np.int64).max
-        keys, top = merge_topk(keys, np.where(ids < 0, big, ids), depth)
-        top = np.where(top == big, -1, top)
-        if not rerank:
-            raw = -keys if q.similarity_.is_distance else keys
-            return finish(raw, top, k, q.similarity_)
-        normalized = self._attached is None  # stored vectors were normalized for cosine
-        exact = exact_candidates(Q, vectors, top, q.similarity_, normalized=normalized)
-        keys = -exact if q.similarity_.is_distance else exact
-        keys = np.where(top < 0, -np.inf, keys)
-        keys, top = merge_topk(keys, np.where(top < 0, big, top), min(k, top.shape[1]))
-        top = np.where(top == big, -1, top)
-        raw = -keys if q.similarity_.is_distance else keys
-        return finish(raw, top, k, q.similarity_)
+        sim = q.similarity_
+        keys, top = rerank_keys(self._rescore(Q, ids), ids, depth, sim)
+        if rerank:
+            normalized = self._attached is None  # stored vectors were normalized for cosine
+            exact = exact_values(Q, vectors, top, exact_mode(sim, normalized=normalized))
+            keys, top = rerank_keys(exact, top, k, sim)
+        return finish(keys, top, k, sim, scores)
 
     def _rerank_vectors(self):
         if self._attached is not None:

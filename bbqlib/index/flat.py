@@ -9,7 +9,15 @@ import numpy as np
 from .._validation import check_k, check_vectors, prepare_for_similarity
 from ..io.container import check_format_version, read_container, write_container
 from ..quantizers import BBQQuantizer, EncodedVectors, Quantizer, quantizer_from_state
-from .rerank import candidate_count, check_oversample, exact_rerank, finish
+from ..scoring import (
+    candidate_count,
+    check_oversample,
+    check_scores,
+    exact_mode,
+    exact_values,
+    finish,
+    rerank_keys,
+)
 
 __all__ = ["FlatIndex"]
 
@@ -127,7 +135,16 @@ class FlatIndex:
         return self.quantizer.bytes_per_vector
 
     # -- searching --------------------------------------------------------------------------
-    def search(self, queries, k: int = 10, *, oversample=None, rerank=True, filter=None):
+    def search(
+        self,
+        queries,
+        k: int = 10,
+        *,
+        oversample=None,
+        rerank=True,
+        filter=None,
+        scores: str = "similarity",
+    ):
         """Search: ``(scores, ids)`` [nq, k].
 
         Parameters
@@ -142,16 +159,22 @@ class FlatIndex:
             top ``k`` with estimated scores. ``"bound"`` (quantizers with error bounds): rescore
             exactly the candidates whose lower bound beats the current k-th exact score.
         filter : boolean mask [ntotal] or array of allowed ids, optional
+        scores : {"similarity", "raw"}
+            ``"similarity"``: Lucene's mapping (higher is better); ``"raw"``: squared L2
+            (ascending) or the inner product / cosine, as faiss returns them.
         """
         q = self.quantizer
         q._check_fitted()
         k = check_k(k)
+        check_scores(scores)
         Q = q._validated(queries, "queries", allow_1d=True)
         codes, vectors = self._parts()
         n = 0 if codes is None else len(codes)
         allowed = self._allowed_mask(filter, n)
+        sim = q.similarity_
         if rerank == "bound":
-            return self._search_bound(Q, k, codes, vectors, allowed)
+            keys, ids = self._search_bound(Q, k, codes, vectors, allowed)
+            return finish(keys, ids, k, sim, scores)
         if rerank not in (True, False):
             raise ValueError(f"rerank must be True, False or 'bound', got {rerank!r}")
         # store_vectors, not `vectors is None`: an empty index has no vectors yet either.
@@ -161,12 +184,13 @@ class FlatIndex:
             )
         oversample = check_oversample(oversample, q.encoding_.default_oversample)
         if n == 0:
-            return finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), k, q.similarity_)
+            return finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), k, sim, scores)
         depth = candidate_count(k, oversample, n) if rerank else min(k, n)
-        raw, ids = q.search(Q, codes, depth, allowed=allowed)
+        keys, ids = q.topk_keys(Q, codes, depth, allowed=allowed)
         if rerank:
-            raw, ids = exact_rerank(Q, vectors, ids, k, q.similarity_)
-        return finish(raw, ids, k, q.similarity_)
+            raw = exact_values(Q, vectors, ids, exact_mode(sim))
+            keys, ids = rerank_keys(raw, ids, k, sim)
+        return finish(keys, ids, k, sim, scores)
 
     def _search_bound(self, Q, k, codes, vectors, allowed):
         q = self.quantizer
@@ -177,9 +201,9 @@ class FlatIndex:
             )
         if vectors is None:
             raise ValueError("rerank='bound' needs the float vectors (store_vectors=True)")
-        raw, ids, reads = q.search_bound_rerank(Q, codes, vectors, k, allowed=allowed)
+        keys, ids, reads = q.search_bound_rerank(Q, codes, vectors, k, allowed=allowed)
         self.last_vectors_read = reads
-        return finish(raw, ids, k, q.similarity_)
+        return keys, ids
 
     @staticmethod
     def _allowed_mask(filter, n: int):

@@ -252,15 +252,25 @@ class Quantizer:
 
         ``raw`` holds estimated d² (euclidean) or inner products; padding is ``nan`` / ``-1``.
         """
-        self._check_encoded(enc)
         k = check_k(k)
-        q = self.query_codes(Q)
-        keys, ids = scoring.topk_raw(
-            q, self._cached_doc_codes(enc), k, allowed=allowed, id_base=id_base
-        )
-        raw = -keys if self.similarity_.is_distance else keys
+        keys, ids = self.topk_keys(self._validated(Q, "Q", allow_1d=True), enc, k,
+                                   allowed=allowed, id_base=id_base)  # fmt: skip
+        raw = self.similarity_.raw(keys)
         raw[ids < 0] = np.nan
         return raw, ids
+
+    def topk_keys(self, Qp: np.ndarray, enc: EncodedVectors, k: int, *, allowed=None,
+                  id_base: int = 0) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """Top ``k`` per prepared query (validated, normalized for cosine): ranking keys.
+
+        The hook indexes call (queries are validated once, by the index): ``(keys, ids)``
+        float64 / int64 [nq, k], higher keys better, ``-inf`` / ``-1`` padding. A family with
+        its own scan (SAQ) overrides this.
+        """
+        self._check_encoded(enc)
+        q = self._query_codes(Qp)
+        return scoring.topk_keys(q, self._cached_doc_codes(enc), k, allowed=allowed,
+                                 id_base=id_base)  # fmt: skip
 
     def scorer(self, query, enc: EncodedVectors):
         """A callable ``score_ids(ids) -> float32`` of one query's estimates for chosen docs.
@@ -276,18 +286,71 @@ class Quantizer:
 
         Returns
         -------
-        bbqlib.adapters.CandidateScorer
+        bbqlib.scoring.CandidateScorer
             ``score_ids(ids)`` takes integer ids in ``[0, len(enc))`` (any integer dtype).
         """
-        from ..adapters.scorer import CandidateScorer
-
         self._check_encoded(enc)
         qc = self.query_codes(query)
         if len(qc) != 1:
             raise ValueError(
                 f"query must be one vector [d], got {len(qc)} rows; make one scorer per query"
             )
-        return CandidateScorer(qc, self._cached_doc_codes(enc))
+        return scoring.CandidateScorer(qc, self._cached_doc_codes(enc))
+
+    # -- codes against list centres (IVF) -------------------------------------------------
+    def transform_rows(self, X: np.ndarray) -> np.ndarray:
+        """Prepared rows (validated, normalized for cosine) in the space the codes live in:
+        the fitted transform applied (an IVF clusters and ranks lists there)."""
+        self._check_fitted()
+        return np.ascontiguousarray(self._rotated(X), dtype=np.float32)
+
+    def fit_residuals(self, R: np.ndarray) -> None:
+        """Adapt the fit to residuals ``R = W - centre`` before :meth:`encode_pairs` (an IVF
+        calls it with a sample). Families whose grid depends on the data range refit it."""
+
+    def encode_pairs(self, W, rows, centres, lists) -> tuple[np.ndarray, np.ndarray]:
+        """Codes of transformed rows ``W[rows[p]]`` against ``centres[lists[p]]``, per pair.
+
+        Returns ``(codes uint8 [m, encoding_.doc_bytes(d)], factors float32 [m, 4])``:
+        packed as the registry row says, and the factor rows ``(a_x, l_x, ΣX, add_x)`` of the
+        correction algebra with ``<c, c>`` of each pair's centre left to the scan.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot code against list centres")
+
+    def query_pairs(self, Qt, centres, pair_query, pair_list, *, lut: bool = False):
+        """Queries ``Qt[pair_query[p]]`` (transformed) against ``centres[pair_list[p]]``.
+
+        Returns ``(data, factors float64 [P, 4])``: ``data`` as the row's query kind (uint64
+        plane words, uint8 bytes, or float32), or with ``lut`` one uint8 code per byte padded
+        to ``padded_dim(d)`` (what the lookup-table scan builds its tables from).
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot code against list centres")
+
+    def _float_query_pairs(self, Qt, centres, pair_query, pair_list):
+        """Float residual queries ``y = q - c`` with rows ``(0, 1, Σy, ||y||² or <q, c>)``."""
+        Q64 = Qt[pair_query].astype(np.float64)
+        C64 = centres[pair_list].astype(np.float64)
+        y = (Q64 - C64).astype(np.float32)
+        factors = np.zeros((len(y), 4), dtype=np.float64)
+        factors[:, 1] = 1.0
+        factors[:, 2] = y.sum(axis=1, dtype=np.float64)
+        if self.similarity_.is_distance:
+            factors[:, 3] = np.einsum("ij,ij->i", y, y, dtype=np.float64)
+        else:
+            factors[:, 3] = np.einsum("ij,ij->i", Q64, C64)
+        return y, factors
+
+    def _pair_query_data(self, codes: np.ndarray, lut: bool) -> np.ndarray:
+        """uint8 query codes [P, d] as the scan reads them (packed, or padded for ``lut``)."""
+        from ..encoding import padded_dim
+        from ..packing import kernel_codes, pack_codes
+
+        row = self.encoding_
+        if lut:
+            out = np.zeros((codes.shape[0], padded_dim(codes.shape[1])), dtype=np.uint8)
+            out[:, : codes.shape[1]] = codes
+            return out
+        return kernel_codes(pack_codes(codes, row.layout, row.query_bits), row.layout)
 
     # -- files ----------------------------------------------------------------------------
     def _state(self) -> tuple[dict, dict]:

@@ -7,10 +7,11 @@ import numpy as np
 from .. import scoring
 from .._params import Integer, Real
 from .._validation import apply_similarity, check_similarity_rules, check_vectors
+from ..encoding import padded_dim
 from ..packing import kernel_codes, pack_codes
 from .base import Quantizer
 from .encoded import EncodedVectors
-from .osq import DEFAULT_ITERS, DEFAULT_LAMBDA, quantize_rows
+from .osq import DEFAULT_ITERS, DEFAULT_LAMBDA, quantize_pairs, quantize_rows
 from .registry import register_quantizer
 
 __all__ = ["BBQQuantizer", "ENCODE_CHUNK_BYTES"]
@@ -161,10 +162,9 @@ class BBQQuantizer(Quantizer):
         factors[:, 3] = c["additional"]
         row = enc.encoding
         return scoring.DocCodes(
-            row.layout,
+            row,
             kernel_codes(enc.codes, row.layout),
             factors,
-            row.doc_planes,
             enc.dim,
             enc.centroid_dot,
             self.similarity_.is_distance,
@@ -180,7 +180,7 @@ class BBQQuantizer(Quantizer):
             factors[:, 1] = 1.0
             factors[:, 2] = y.sum(axis=1, dtype=np.float64)
             factors[:, 3] = self._query_additional(Q, y)
-            return scoring.QueryCodes("float", np.ascontiguousarray(y, np.float32), factors)
+            return scoring.QueryCodes.of(enc, np.ascontiguousarray(y, np.float32), factors)
         res = quantize_rows(
             Q,
             self.centroid_,
@@ -194,9 +194,31 @@ class BBQQuantizer(Quantizer):
         factors[:, 2] = res.component_sum
         factors[:, 3] = res.additional
         packed = pack_codes(res.codes, enc.layout, enc.query_bits)
-        return scoring.QueryCodes(
-            enc.query_kind, kernel_codes(packed, enc.layout), factors, enc.query_planes
-        )
+        return scoring.QueryCodes.of(enc, kernel_codes(packed, enc.layout), factors)
+
+    # -- codes against list centres (IVF) -----------------------------------------------------
+    def encode_pairs(self, W, rows, centres, lists):
+        """OSQ of ``W[rows[p]]`` against ``centres[lists[p]]`` (one fused kernel, no residual
+        matrix), bit for bit :func:`~bbqlib.quantizers.osq.quantize_rows` of each pair."""
+        enc = self.encoding_
+        codes, factors = quantize_pairs(
+            W, rows, centres, lists, enc.doc_bits, self.similarity_.is_distance, self.iters,
+            self.lam, planes=enc.doc_planes,
+        )  # fmt: skip
+        return codes, factors.astype(np.float32)
+
+    def query_pairs(self, Qt, centres, pair_query, pair_list, *, lut: bool = False):
+        """Queries re-quantized against each pair's centre with one optimizer iteration (as
+        DiskBBQ), or float residuals for ``query_bits=None``."""
+        enc = self.encoding_
+        if enc.query_bits is None:
+            return self._float_query_pairs(Qt, centres, pair_query, pair_list)
+        planes = enc.query_planes if not lut else 0
+        codes, factors = quantize_pairs(
+            Qt, pair_query, centres, pair_list, enc.query_bits, self.similarity_.is_distance,
+            1, self.lam, planes=planes, width=padded_dim(Qt.shape[1]) if lut else None,
+        )  # fmt: skip
+        return (codes.view(np.uint64) if planes else codes), factors
 
     def _query_additional(self, Q: np.ndarray, y: np.ndarray) -> np.ndarray:
         if self.similarity_.is_distance:

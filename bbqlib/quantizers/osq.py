@@ -6,9 +6,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._kernels.ivf import quantize_pairs as _quantize_pairs_kernel
 from .._kernels.osq import osq_quantize
+from ..encoding import padded_dim
 
-__all__ = ["OSQResult", "quantize_rows", "DEFAULT_LAMBDA", "DEFAULT_ITERS"]
+__all__ = ["OSQResult", "quantize_rows", "quantize_pairs", "DEFAULT_LAMBDA", "DEFAULT_ITERS"]
 
 #: Weight of the plain MSE term in the anisotropic loss (Lucene's DEFAULT_LAMBDA).
 DEFAULT_LAMBDA = 0.1
@@ -78,3 +80,48 @@ def quantize_rows(
             component_sum,
         )
     return OSQResult(codes, lower, upper, additional, component_sum)
+
+
+def quantize_pairs(
+    X: np.ndarray,
+    rows: np.ndarray,
+    centroids: np.ndarray,
+    lists: np.ndarray,
+    bits: int,
+    euclidean: bool,
+    iters: int,
+    lam: float = DEFAULT_LAMBDA,
+    *,
+    planes: int = 0,
+    width: int | None = None,
+):
+    """OSQ of ``X[rows]`` against ``centroids[lists]`` (one row per pair), packed.
+
+    Bit for bit what :func:`quantize_rows` gives for each row and centroid (one fused numba
+    kernel, no residual matrix). ``planes`` > 0 packs the codes into that many bit planes
+    (uint8 [m, planes * padded_dim / 8]); 0 keeps one byte per dimension (``width`` >= d
+    columns, the ones past d zero).
+
+    Returns ``(codes, factors float64 [m, 4])`` with factor rows ``(a, l, Σk, add)``.
+    """
+    m = rows.shape[0]
+    d = X.shape[1]
+    if planes:
+        codes = np.empty((m, planes * padded_dim(d) // 8), dtype=np.uint8)
+    else:
+        codes = np.zeros((m, d if width is None else width), dtype=np.uint8)
+    factors = np.empty((m, 4), dtype=np.float64)
+    _quantize_pairs_kernel(
+        np.ascontiguousarray(X, dtype=np.float32),
+        np.ascontiguousarray(centroids, dtype=np.float32),
+        np.ascontiguousarray(rows, dtype=np.int64),
+        np.ascontiguousarray(lists, dtype=np.int64),
+        int(bits),
+        int(iters),
+        float(lam),
+        bool(euclidean),
+        int(planes),
+        codes,
+        factors,
+    )
+    return codes, factors

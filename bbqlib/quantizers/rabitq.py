@@ -261,10 +261,9 @@ class RaBitQQuantizer(Quantizer):
         factors[:, 2] = c["component_sum"]
         factors[:, 3] = c["additional"]
         return scoring.DocCodes(
-            "planes",
+            enc.encoding,
             plane_words(enc.codes),
             factors,
-            bits,
             enc.dim,
             enc.centroid_dot,
             self.similarity_.is_distance,
@@ -292,20 +291,48 @@ class RaBitQQuantizer(Quantizer):
             factors[:, 0] = 0.0
             factors[:, 1] = 1.0
             factors[:, 2] = y64.sum(axis=1)
-            return scoring.QueryCodes("float", y, factors), r_q, np.zeros(len(y))
-        lo = y64.min(axis=1)
-        step = (y64.max(axis=1) - lo) / (2**qb - 1)
-        safe = np.where(step > 0, step, 1.0)
-        codes = np.rint((y64 - lo[:, None]) / safe[:, None])
-        codes = np.clip(codes, 0, 2**qb - 1)
-        codes[step == 0] = 0
-        rounding = lo[:, None] + step[:, None] * codes - y64
-        factors[:, 0] = lo
-        factors[:, 1] = step
-        factors[:, 2] = codes.sum(axis=1)
-        words = plane_words(pack_planes(codes.astype(np.uint8), qb))
-        e_norm = np.sqrt(np.einsum("ij,ij->i", rounding, rounding))
-        return scoring.QueryCodes("planes", words, factors, qb), r_q, e_norm
+            return scoring.QueryCodes.of(self.encoding_, y, factors), r_q, np.zeros(len(y))
+        codes, e_norm = _grid_codes(y64, qb, factors)
+        words = plane_words(pack_planes(codes, qb))
+        return scoring.QueryCodes.of(self.encoding_, words, factors), r_q, e_norm
+
+    # -- codes against list centres (IVF) -----------------------------------------------------
+    def encode_pairs(self, W, rows, centres, lists):
+        """RaBitQ codes of the residuals ``W[rows[p]] - centres[lists[p]]`` (in the rotated
+        frame: the rotation is linear, so rotating residuals or rows is the same)."""
+        enc = self.encoding_
+        bits = enc.doc_bits
+        m = rows.shape[0]
+        codes = np.empty((m, enc.doc_bytes(W.shape[1])), dtype=np.uint8)
+        factors = np.empty((m, 4), dtype=np.float32)
+        c_b = -(2**bits - 1) / 2.0
+        zero = np.zeros(W.shape[1])
+        for start in range(0, m, _CHUNK):
+            stop = min(m, start + _CHUNK)
+            V = W[rows[start:stop]].astype(np.float64)
+            C = centres[lists[start:stop]].astype(np.float64)
+            x_u, fields = _quantize_rows(
+                V - C, zero, bits, self.rescale_factor_ if self.fast else None
+            )
+            codes[start:stop] = pack_planes(x_u, bits)
+            scale = fields["delta_over_a"]
+            factors[start:stop, 0] = c_b * scale
+            factors[start:stop, 1] = scale
+            factors[start:stop, 2] = fields["component_sum"]
+            if self.similarity_.is_distance:
+                factors[start:stop, 3] = fields["r2"]
+            else:
+                factors[start:stop, 3] = np.einsum("ij,ij->i", V, C)
+        return codes, factors
+
+    def query_pairs(self, Qt, centres, pair_query, pair_list, *, lut: bool = False):
+        """Residual queries ``q - c`` per pair: float, or on RaBitQ's per-query grid."""
+        y, factors = self._float_query_pairs(Qt, centres, pair_query, pair_list)
+        qb = self.encoding_.query_bits
+        if qb is None:
+            return y, factors
+        codes, _ = _grid_codes(y.astype(np.float64), qb, factors)
+        return self._pair_query_data(codes, lut), factors
 
     # -- estimates and bounds ---------------------------------------------------------------
     def estimate(
@@ -408,8 +435,9 @@ class RaBitQQuantizer(Quantizer):
 
         Returns
         -------
-        raw : float64 [nq, k]
-            Exact d² or inner products, best first (``nan`` padding).
+        keys : float64 [nq, k]
+            Ranking keys of the exact values (``-d²`` or the inner product), best first
+            (``-inf`` padding); ``self.similarity_.raw(keys)`` gives the values.
         ids : int64 [nq, k] (``-1`` padding)
         vectors_read : int64 [nq]
             Float vectors rescored per query.
@@ -434,11 +462,11 @@ class RaBitQQuantizer(Quantizer):
                 raise ValueError(f"allowed must be a boolean mask of shape ({n},)")
             mask = np.ascontiguousarray(allowed, dtype=np.uint8)
         nq = len(Q)
-        raw = np.full((nq, k), np.nan)
+        out_keys = np.full((nq, k), -np.inf)
         ids = np.full((nq, k), -1, dtype=np.int64)
         reads = np.zeros(nq, dtype=np.int64)
         if n == 0:
-            return raw, ids, reads
+            return out_keys, ids, reads
         is_l2 = self.similarity_.is_distance
         doc_codes = self._cached_doc_codes(codes)
         Qr = self.rotate(Q)
@@ -447,7 +475,7 @@ class RaBitQQuantizer(Quantizer):
             q1 = min(nq, q0 + batch)
             qc, r_q, e_norm = self.query_codes_rotated(Qr[q0:q1], self.centroid_)
             est = scoring.estimate_raw(qc, doc_codes)
-            keys = -est if is_l2 else est
+            keys = self.similarity_.key(est)
             opt = keys + eps0 * self._sigma(codes, r_q, e_norm)
             heap_keys = np.full((q1 - q0, k), -np.inf)
             heap_ids = np.full((q1 - q0, k), EMPTY_ID, dtype=np.int64)
@@ -465,9 +493,28 @@ class RaBitQQuantizer(Quantizer):
             )
             heap_keys, heap_ids = scoring.merge_topk(heap_keys, heap_ids, k)
             empty = heap_ids == EMPTY_ID
-            raw[q0:q1] = np.where(empty, np.nan, -heap_keys if is_l2 else heap_keys)
+            out_keys[q0:q1] = np.where(empty, -np.inf, heap_keys)
             ids[q0:q1] = np.where(empty, -1, heap_ids)
-        return raw, ids, reads
+        return out_keys, ids, reads
+
+
+def _grid_codes(y64: np.ndarray, qb: int, factors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Uniform ``qb``-bit grid over each row's ``[min, max]``, deterministic nearest rounding.
+
+    Writes ``(a_y, l_y, ΣY)`` into ``factors[:, :3]``; returns uint8 codes and the rounding
+    error norms ``||ŷ - y||``.
+    """
+    lo = y64.min(axis=1)
+    step = (y64.max(axis=1) - lo) / (2**qb - 1)
+    safe = np.where(step > 0, step, 1.0)
+    codes = np.rint((y64 - lo[:, None]) / safe[:, None])
+    codes = np.clip(codes, 0, 2**qb - 1)
+    codes[step == 0] = 0
+    rounding = lo[:, None] + step[:, None] * codes - y64
+    factors[:, 0] = lo
+    factors[:, 1] = step
+    factors[:, 2] = codes.sum(axis=1)
+    return codes.astype(np.uint8), np.sqrt(np.einsum("ij,ij->i", rounding, rounding))
 
 
 def _quantize_rows(Xr: np.ndarray, c: np.ndarray, bits: int, factor: float | None):

@@ -54,6 +54,44 @@ class GlobalScalarQuantizer(ScalarQuantizer, method="global"):
         self.upper_ = float(np.float32(upper))
         self.alpha_, self.inv_alpha_ = _global_steps(self.lower_, self.upper_, levels)
 
+    # -- codes against list centres (IVF) -----------------------------------------------------
+    def fit_residuals(self, R: np.ndarray) -> None:
+        """Refit the interval on residuals (their range is narrower than the data's)."""
+        self._check_fitted()
+        self._fit_transformed(np.ascontiguousarray(R, dtype=np.float32))
+        self._seal()
+
+    def encode_pairs(self, W, rows, centres, lists):
+        """Residual codes on the global grid, ``r̂ = lower + α X``, with exact centre terms:
+        rows ``(lower, α, ΣX, <x, c> or ||x - c||²)`` of the correction algebra (Lucene's
+        per-vector offset correction is for codes without a centre and is not used here)."""
+        m = rows.shape[0]
+        codes = np.empty((m, W.shape[1]), dtype=np.uint8)
+        factors = np.empty((m, 4), dtype=np.float32)
+        factors[:, 0] = self.lower_
+        factors[:, 1] = self.alpha_
+        for r0 in range(0, m, _ROWS):
+            V = W[rows[r0 : r0 + _ROWS]].astype(np.float64)
+            C = centres[lists[r0 : r0 + _ROWS]].astype(np.float64)
+            R = V - C
+            c, _ = self._codes(R.astype(np.float32))
+            codes[r0 : r0 + _ROWS] = c
+            factors[r0 : r0 + _ROWS, 2] = c.sum(axis=1, dtype=np.int64)
+            if self.similarity_.is_distance:
+                factors[r0 : r0 + _ROWS, 3] = np.einsum("ij,ij->i", R, R)
+            else:
+                factors[r0 : r0 + _ROWS, 3] = np.einsum("ij,ij->i", V, C)
+        return codes, factors
+
+    def query_pairs(self, Qt, centres, pair_query, pair_list, *, lut: bool = False):
+        """Residual queries ``q - c`` per pair, on the same grid as the docs."""
+        y, factors = self._float_query_pairs(Qt, centres, pair_query, pair_list)
+        codes, _ = self._codes(y)
+        factors[:, 0] = self.lower_
+        factors[:, 1] = self.alpha_
+        factors[:, 2] = codes.sum(axis=1, dtype=np.int64)
+        return codes, factors
+
     def _fingerprint_parts(self) -> tuple:
         return ("global", self.encoding_.doc_bits, self.similarity_.value,
                 np.float32(self.lower_), np.float32(self.upper_))  # fmt: skip
@@ -89,7 +127,7 @@ class GlobalScalarQuantizer(ScalarQuantizer, method="global"):
             factors[:, 3] = self.alpha_**2 * _square_sums(codes)
         else:
             factors[:, 3] = enc.corrections["additional"]
-        return scoring.DocCodes("bytes", codes, factors, 0, enc.dim, 0.0, l2)
+        return scoring.DocCodes(enc.encoding, codes, factors, enc.dim, 0.0, l2)
 
     def _query_codes(self, Q: np.ndarray) -> scoring.QueryCodes:
         Q = self._rotated(Q)
@@ -100,7 +138,7 @@ class GlobalScalarQuantizer(ScalarQuantizer, method="global"):
             factors[:, 3] = self.alpha_**2 * _square_sums(codes)
         else:
             factors[:, 3] = offsets
-        return scoring.QueryCodes("bytes", codes, factors)
+        return scoring.QueryCodes.of(self.encoding_, codes, factors)
 
 
 def _fit_global(X: np.ndarray, ci: float, seed: int) -> tuple[float, float]:

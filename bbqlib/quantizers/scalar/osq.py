@@ -75,6 +75,15 @@ class OSQScalarQuantizer(ScalarQuantizer, method="osq"):
     def _query_codes(self, Q: np.ndarray) -> scoring.QueryCodes:
         return self.bbq_._query_codes(Q)
 
+    def transform_rows(self, X: np.ndarray) -> np.ndarray:
+        return self.bbq_.transform_rows(X)
+
+    def encode_pairs(self, W, rows, centres, lists):
+        return self.bbq_.encode_pairs(W, rows, centres, lists)
+
+    def query_pairs(self, Qt, centres, pair_query, pair_list, *, lut: bool = False):
+        return self.bbq_.query_pairs(Qt, centres, pair_query, pair_list, lut=lut)
+
     def get_state(self) -> tuple[dict, dict]:
         """The BBQ quantizer's state, nested under ``"bbq"``."""
         self._check_fitted()

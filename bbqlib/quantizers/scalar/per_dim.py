@@ -54,6 +54,60 @@ class PerDimScalarQuantizer(ScalarQuantizer, method="per_dim"):
         self.vmin_, self.scale_, self.offset_ = _frozen(vmin), _frozen(scale), _frozen(offset)
         self.vmax_ = _frozen(vmax)
 
+    # -- codes against list centres (IVF) -----------------------------------------------------
+    def fit_residuals(self, R: np.ndarray) -> None:
+        """Refit the per-dimension grid on residuals (faiss ``IndexIVFScalarQuantizer`` with
+        ``by_residual``): their ranges are narrower than the data's."""
+        self._check_fitted()
+        self._fit_transformed(np.ascontiguousarray(R, dtype=np.float32))
+        self._seal()
+
+    def encode_pairs(self, W, rows, centres, lists):
+        """Residual codes ``r = x - c`` on the grid; ``x̂ = c + offset + scale ∘ X``.
+
+        Factor rows ``(0, 1, ΣX, ||x̂||² or 0)``: the query carries the scales and the
+        centre terms (:meth:`query_pairs`).
+        """
+        m = rows.shape[0]
+        codes = np.empty((m, W.shape[1]), dtype=np.uint8)
+        factors = np.zeros((m, 4), dtype=np.float32)
+        factors[:, 1] = 1.0
+        for r0 in range(0, m, _ROWS):
+            V = W[rows[r0 : r0 + _ROWS]].astype(np.float64)
+            C = centres[lists[r0 : r0 + _ROWS]].astype(np.float64)
+            c = per_dim_codes(V - C, self.vmin_, self.vmax_, self.scale_, self.levels_)
+            codes[r0 : r0 + _ROWS] = c
+            factors[r0 : r0 + _ROWS, 2] = c.sum(axis=1, dtype=np.int64)
+            if self.similarity_.is_distance:
+                xh = C + self.offset_.astype(np.float64) + self.scale_.astype(np.float64) * c
+                factors[r0 : r0 + _ROWS, 3] = np.einsum("ij,ij->i", xh, xh)
+        return codes, factors
+
+    def query_pairs(self, Qt, centres, pair_query, pair_list, *, lut: bool = False):
+        """``y = scale ∘ q`` (the same for every list of a query); the centre moves into
+        ``add_y``: ``<m + c, q> + <c, c>`` (inner products; the scan subtracts ``<c, c>``)
+        or ``||q||² - 2 <m + c, q>`` (euclidean)."""
+        Q64 = Qt.astype(np.float64)
+        y = np.ascontiguousarray(Qt * self.scale_, dtype=np.float32)
+        C64 = centres[pair_list].astype(np.float64)
+        Qp = Q64[pair_query]
+        mc = np.einsum("ij,ij->i", Qp, C64) + Qp @ self.offset_.astype(np.float64)
+        factors = np.zeros((len(pair_query), 4), dtype=np.float64)
+        if self.similarity_.is_distance:
+            factors[:, 3] = np.einsum("ij,ij->i", Qp, Qp) - 2.0 * mc
+        else:
+            factors[:, 3] = mc + np.einsum("ij,ij->i", C64, C64)
+        qb = self.encoding_.query_bits
+        if qb is None:
+            factors[:, 1] = 1.0
+            factors[:, 2] = y.sum(axis=1, dtype=np.float64)[pair_query]
+            return y[pair_query], factors
+        codes, lower, step = minmax_codes(y, 2**qb - 1)
+        factors[:, 0] = lower[pair_query]
+        factors[:, 1] = step[pair_query]
+        factors[:, 2] = codes.sum(axis=1, dtype=np.int64)[pair_query]
+        return codes[pair_query], factors
+
     def _fingerprint_parts(self) -> tuple:
         return ("per_dim", self.encoding_.doc_bits, self.similarity_.value, self.vmin_, self.vmax_)
 
@@ -79,7 +133,7 @@ class PerDimScalarQuantizer(ScalarQuantizer, method="per_dim"):
         factors[:, 2] = codes.sum(axis=1, dtype=np.int64)
         if l2:
             factors[:, 3] = per_dim_norms(codes, self.offset_, self.scale_)
-        return scoring.DocCodes("bytes", codes, factors, 0, enc.dim, 0.0, l2)
+        return scoring.DocCodes(enc.encoding, codes, factors, enc.dim, 0.0, l2)
 
     def _query_codes(self, Q: np.ndarray) -> scoring.QueryCodes:
         # y = s ∘ u carries the scales; <m, u> and ||u||² go into add_y.
@@ -95,12 +149,12 @@ class PerDimScalarQuantizer(ScalarQuantizer, method="per_dim"):
         if qb is None:
             factors[:, 1] = 1.0
             factors[:, 2] = y.sum(axis=1, dtype=np.float64)
-            return scoring.QueryCodes("float", y, factors)
+            return scoring.QueryCodes.of(self.encoding_, y, factors)
         codes, lower, step = minmax_codes(y, 2**qb - 1)
         factors[:, 0] = lower
         factors[:, 1] = step
         factors[:, 2] = codes.sum(axis=1, dtype=np.int64)
-        return scoring.QueryCodes("bytes", codes, factors)
+        return scoring.QueryCodes.of(self.encoding_, codes, factors)
 
 
 def _frozen(a) -> np.ndarray:

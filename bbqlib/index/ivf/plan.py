@@ -5,11 +5,10 @@
    queries quantized at 7 bits against ``g`` rank the lists (spec §6.5, §6.7 steps 2-3).
 2. :func:`plan_visits`: lists in rank order until the visit budget (expected posting entries,
    and with a filter also allowed entries) is spent (§6.7 steps 4 and 6).
-3. :func:`encode_residuals`: OSQ of every (query, list) pair against the list's centroid with
-   one optimizer iteration, and of docs against their list centroids at build time (§1, §6.6).
-4. :func:`dedup_topk`: SOAR duplicates removed (best key per id), best ``k'`` kept.
 
-The scan itself is one numba kernel call per batch (:mod:`bbqlib._kernels.ivf`).
+Queries and docs are then coded against each visited list's centroid by the quantizer
+(:meth:`bbqlib.Quantizer.query_pairs`, :meth:`~bbqlib.Quantizer.encode_pairs`), and the scan
+is one numba kernel call per batch (:mod:`bbqlib.index.ivf.scan`).
 """
 
 from __future__ import annotations
@@ -19,20 +18,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._kernels import ivf as KI
-from .._kernels import scoring as KS
-from ..encoding import Encoding, padded_dim
-from ..quantizers.osq import DEFAULT_ITERS, DEFAULT_LAMBDA, quantize_rows
+from ..._kernels import ivf as KI
+from ..._kernels import scoring as KS
+from ...quantizers.osq import DEFAULT_ITERS, quantize_rows
 
 __all__ = [
     "CENTROID_BITS",
     "PARENT_THRESHOLD",
     "CentroidTable",
     "centroid_table",
-    "encode_residuals",
     "rank_lists",
     "plan_visits",
-    "dedup_topk",
     "dynamic_visit_ratio",
 ]
 
@@ -252,83 +248,46 @@ def plan_visits(
     return pair_list, pair_query, pair_start, satisfied
 
 
-def encode_residuals(
-    X: np.ndarray,
-    rows: np.ndarray,
-    centroids: np.ndarray,
-    lists: np.ndarray,
-    bits: int,
+def plan_batch(
+    Qt: np.ndarray,
+    table: CentroidTable,
+    sizes: np.ndarray,
     is_l2: bool,
-    iters: int,
-    *,
-    planes: int = 0,
-    width: int | None = None,
+    by_distance: bool,
+    ratio: float,
+    need: float,
+    heap: int,
+    allowed_sizes: np.ndarray | None = None,
 ):
-    """OSQ of ``X[rows]`` against ``centroids[lists]`` (one row per pair), packed.
+    """Lists each query of a batch visits: ``(pair_list, pair_query, pair_start)``.
 
-    Bit for bit what :func:`~bbqlib.quantizers.osq.quantize_rows` gives for each row and
-    centroid (one fused numba kernel, no residual matrix). ``planes`` > 0 packs the codes into
-    that many bit planes (uint8 [m, planes * padded_dim / 8]); 0 keeps one byte per dimension
-    (``width`` >= d columns, the ones past d zero).
-
-    Returns ``(codes, factors float64 [m, 4])`` with factor rows ``(a, l, Σk, add)``.
+    Without a filter the best ``2 · lists_needed + 8`` lists are ranked (more with parents:
+    Elasticsearch's candidate buffer), and queries whose candidates ran out are ranked again
+    over every list; with ``allowed_sizes`` (allowed entries per list) every list is ranked
+    and the plan also waits for enough allowed entries.
     """
-    m = rows.shape[0]
-    d = X.shape[1]
-    if planes:
-        codes = np.empty((m, planes * padded_dim(d) // 8), dtype=np.uint8)
-    else:
-        codes = np.zeros((m, d if width is None else width), dtype=np.uint8)
-    factors = np.empty((m, 4), dtype=np.float64)
-    KI.quantize_pairs(
-        X,
-        centroids,
-        np.ascontiguousarray(rows, dtype=np.int64),
-        np.ascontiguousarray(lists, dtype=np.int64),
-        int(bits),
-        int(iters),
-        float(DEFAULT_LAMBDA),
-        bool(is_l2),
-        int(planes),
-        codes,
-        factors,
-    )
-    return codes, factors
+    K = sizes.shape[0]
 
+    def rank(Q, want, dense=False):
+        return rank_lists(Q, table, is_l2, want, dense=dense, by_distance=by_distance)
 
-def query_pair_codes(
-    Qt, centroids, pair_query, pair_list, encoding: Encoding, is_l2: bool, *, lut: bool = False
-):
-    """Queries re-quantized against each visited list's centroid, 1 optimizer iteration.
-
-    Returns ``(data, factors float64 [P, 4])``: uint64 plane words [P, qp * words] for plane
-    layouts, uint8 [P, d] for byte layouts; with ``lut`` one code per byte padded with zeros
-    to ``padded_dim(d)`` (what the lookup-table scan builds its tables from).
-    """
-    d = Qt.shape[1]
-    planes = encoding.query_bits if encoding.layout == "planes" and not lut else 0
-    codes, factors = encode_residuals(
-        Qt,
-        pair_query,
-        centroids,
-        pair_list,
-        encoding.query_bits,
-        is_l2,
-        1,
-        planes=planes,
-        width=padded_dim(d) if lut else None,
-    )
-    return (codes.view(np.uint64) if planes else codes), factors
-
-
-def dedup_topk(keys: np.ndarray, ids: np.ndarray, k: int):
-    """Best ``k`` distinct ids per row from heaps that may hold an id twice (SOAR).
-
-    ``keys`` float64 / ``ids`` int64 [nq, H], empty slots ``-inf`` / ``EMPTY_ID``. Returns
-    ``(keys, ids)`` [nq, min(k, H)] by (key desc, id asc), ``-1`` for missing ids.
-    """
-    k = min(k, ids.shape[1])
-    out_keys = np.empty((ids.shape[0], k), dtype=np.float64)
-    out_ids = np.empty((ids.shape[0], k), dtype=np.int64)
-    KI.dedup_topk_rows(keys, ids, out_keys, out_ids)
-    return out_keys, out_ids
+    if allowed_sizes is not None:
+        need_allowed = max(heap, need * allowed_sizes.sum() / max(1, sizes.sum()))
+        plan = plan_visits(rank(Qt, 0, dense=True), sizes, need, allowed_sizes, need_allowed)
+        return plan[:3]
+    lists_needed = math.ceil(need / max(1.0, sizes.mean()))
+    want = max(2 * lists_needed + 8, 32)
+    if table.has_parents:
+        # ES's candidate buffer: visit ratio x (K / 2P) x K children ("centroid
+        # oversampling" of about centroids-per-parent / 2).
+        n_parents = table.parent_codes.shape[0]
+        want = max(want, math.ceil(ratio * K / (2 * n_parents) * K))
+    ranked = rank(Qt, want)
+    plan = plan_visits(ranked, sizes, need)
+    if not plan[3].all() and ranked.shape[1] < K:
+        padded = np.full((ranked.shape[0], K), -1, dtype=ranked.dtype)
+        padded[:, : ranked.shape[1]] = ranked
+        redo = ~plan[3]
+        padded[redo] = rank(Qt[redo], K, dense=True)
+        plan = plan_visits(padded, sizes, need)
+    return plan[:3]

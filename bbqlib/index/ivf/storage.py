@@ -27,15 +27,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io.container import (
+from ...io.container import (
     CorruptFileError,
     check_format_version,
     crc32_of,
     read_container,
     write_container,
 )
-from ..io.vectors import atomic_path
-from ..packing import lut_block_starts
+from ...io.vectors import atomic_path
+from ...packing import lut_block_starts
 
 __all__ = [
     "MANIFEST",
@@ -54,8 +54,9 @@ MANIFEST = "MANIFEST"
 MAGIC = "bbqlib-ivf"
 #: 2 adds ``lut_codes`` to the postings (the codes again, in blocks of 32 per list, for the
 #: lookup-table scan) with their own per-list CRC32 (``list_lut_crc`` in the header);
-#: format 1 indexes still open and serve.
-FORMAT_VERSION = 2
+#: 3 records the quantizer (any family; ``meta["quantizer"]``, ``quantizer.*`` arrays) and
+#: each list's encoding wire number (``list_wire``). Formats 1 and 2 still open and serve.
+FORMAT_VERSION = 3
 HEADER_KIND = "ivf_header"
 POSTINGS_KIND = "ivf_postings"
 _OWNED = re.compile(r"^(header\.\d+\.bbq|postings\.\d+\.bbq|vectors\.[0-9a-f]+\.npy)$")

@@ -2,28 +2,30 @@
 
 An engine (a faiss coarse quantizer, an hnswlib graph over centroids) routes each query to a
 few lists; bbqlib scores every doc of those lists with its asymmetric estimate in one numba
-kernel (:func:`bbqlib._kernels.candidates.topk_lists_planes` and twins), keeps the best
-``k' = ceil(k · oversample)`` and reranks them on float vectors.
+kernel (the IVF list kernels of :data:`bbqlib.scoring.KERNELS`, every list coded against the
+quantizer's one centre), keeps the best ``k' = ceil(k · oversample)`` and reranks them on
+float vectors.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .._kernels import candidates as K
-from .._kernels.scoring import EMPTY_ID
 from .._params import check_int
 from .._validation import check_k, check_vectors, prepare_for_similarity
-from ..index.rerank import candidate_count, check_oversample, finish
 from ..quantizers import BBQQuantizer, EncodedVectors, Quantizer
-from ..scoring import merge_topk
-from .scorer import _kernel_args, exact_candidates
-
-_TOPK = {
-    "planes": K.topk_lists_planes,
-    "bytes": K.topk_lists_bytes,
-    "float": K.topk_lists_float,
-}
+from ..scoring import (
+    EMPTY_ID,
+    KERNELS,
+    candidate_count,
+    check_oversample,
+    check_scores,
+    exact_mode,
+    exact_values,
+    finish,
+    merge_topk,
+    rerank_keys,
+)
 
 
 def check_positive_int(value, name: str) -> int:
@@ -113,7 +115,10 @@ class ListsIndex:
         counts = np.bincount(self._assign, minlength=nlist)
         self._list_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
-    def search(self, queries, k: int = 10, *, nprobe=None, oversample=None, rerank=True):
+    def search(
+        self, queries, k: int = 10, *, nprobe=None, oversample=None, rerank=True,
+        scores: str = "similarity",
+    ):  # fmt: skip
         """Search: ``(scores, ids)`` [nq, k] like :meth:`bbqlib.FlatIndex.search`.
 
         Parameters
@@ -126,10 +131,13 @@ class ListsIndex:
             Candidates kept for the float rerank: ``ceil(k · oversample)``.
         rerank : bool
             Rerank on the float vectors (needs ``store_vectors=True``).
+        scores : {"similarity", "raw"}
+            As :meth:`bbqlib.FlatIndex.search`.
         """
         q = self.quantizer
         q._check_fitted()
         k = check_k(k)
+        check_scores(scores)
         if rerank not in (True, False):
             raise ValueError(f"rerank must be True or False, got {rerank!r}")
         if rerank and self._vectors is None:
@@ -139,9 +147,9 @@ class ListsIndex:
         nprobe = self.nprobe if nprobe is None else check_positive_int(nprobe, "nprobe")
         Q = q._validated(queries, "queries", allow_1d=True)
         n = self.ntotal
+        sim = q.similarity_
         if n == 0:
-            empty = np.empty((len(Q), 0))
-            return finish(empty, empty.astype(np.int64), k, q.similarity_)
+            return finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), k, sim, scores)
         over = check_oversample(
             self.oversample if oversample is None else oversample,
             q.encoding_.default_oversample,
@@ -149,27 +157,43 @@ class ListsIndex:
         depth = candidate_count(k, over, n) if rerank else min(k, n)
         probes = np.ascontiguousarray(self._route(Q, min(nprobe, self.nlist)), dtype=np.int64)
         keys, ids = self._scan(Q, probes, depth)
-        if not rerank:
-            raw = -keys if q.similarity_.is_distance else keys
-            return finish(raw, ids, k, q.similarity_)
-        exact = exact_candidates(Q, self._vectors, ids, q.similarity_, normalized=True)
-        keys = np.where(ids < 0, -np.inf, -exact if q.similarity_.is_distance else exact)
-        keys, ids = merge_topk(keys, np.where(ids < 0, EMPTY_ID, ids), min(k, depth))
-        ids = np.where(ids == EMPTY_ID, -1, ids)
-        raw = -keys if q.similarity_.is_distance else keys
-        return finish(raw, ids, k, q.similarity_)
+        if rerank:
+            raw = exact_values(Q, self._vectors, ids, exact_mode(sim))
+            keys, ids = rerank_keys(raw, ids, k, sim)
+        return finish(keys, ids, k, sim, scores)
 
     def _scan(self, Q: np.ndarray, probes: np.ndarray, depth: int):
         """Best ``depth`` per query over the probed lists: keys (``-d²`` or ip), ids."""
         q = self.quantizer
         docs = q._cached_doc_codes(self._codes)
-        layout, args = _kernel_args(q._query_codes(Q), docs)
-        keys = np.full((len(Q), depth), -np.inf)
-        ids = np.full((len(Q), depth), EMPTY_ID, dtype=np.int64)
-        _TOPK[layout](*args, self._list_ptr, self._row_ids, probes, keys, ids)
+        qc = q._query_codes(Q)
+        nq = len(Q)
+        valid = probes >= 0
+        counts = valid.sum(axis=1)
+        pair_list = np.ascontiguousarray(probes[valid], dtype=np.int32)
+        pair_query = np.repeat(np.arange(nq), counts)
+        pair_start = np.zeros(nq + 1, dtype=np.int64)
+        np.cumsum(counts, out=pair_start[1:])
+        list_cc = np.full(self.nlist, docs.centroid_dot)  # one centre for every list
+        keys = np.full((nq, depth), -np.inf)
+        ids = np.full((nq, depth), EMPTY_ID, dtype=np.int64)
+        head = (qc.data[pair_query], qc.factors[pair_query], pair_list, pair_start,
+                self._list_ptr)  # fmt: skip
+        tail = (np.empty(0, np.uint8), keys, ids)
+        lists = KERNELS[qc.kind].lists
+        if qc.kind == "planes":
+            lists(*head, docs.data, docs.factors, self._row_ids, list_cc, qc.planes,
+                  docs.planes, docs.words, docs.dim, docs.is_l2, *tail)  # fmt: skip
+        elif qc.kind == "bytes":
+            lists(*head, docs.data, docs.factors, self._row_ids, list_cc, docs.dim, docs.is_l2,
+                  *tail)  # fmt: skip
+        else:
+            codes = docs.data.view(np.uint8) if docs.kind == "planes" else docs.data
+            lists(np.ascontiguousarray(head[0], np.float32), *head[1:], codes, docs.factors,
+                  self._row_ids, list_cc, docs.planes, docs.words * 8, docs.dim, docs.is_l2,
+                  *tail)  # fmt: skip
         keys, ids = merge_topk(keys, ids, depth)  # the kernel leaves heaps
-        ids = np.where(ids == EMPTY_ID, -1, ids)
-        return keys, ids
+        return keys, np.where(ids == EMPTY_ID, -1, ids)
 
     @property
     def memory_usage(self) -> int:

@@ -1,0 +1,181 @@
+"""Saving and opening an :class:`~bbqlib.IVFIndex` directory (``docs/ivf-format.md``).
+
+Format 3 stores the quantizer's state (``meta["quantizer"]`` and ``quantizer.*`` arrays) and
+the encoding's wire number of every list (``list_wire``); directories of formats 1 and 2 (BBQ
+only, the quantizer implied by ``encoding_wire``) still open and serve.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..._version import __version__
+from ...encoding import LUT_LANES, encoding_from_wire
+from ...io.container import CorruptFileError
+from ...packing import lut_block_starts
+from ...quantizers import BBQQuantizer, quantizer_from_state
+from ...similarity import resolve_similarity
+from . import plan as P
+from . import storage as ST
+from .postings import Postings
+
+__all__ = ["save", "load_into", "header_meta"]
+
+
+def header_meta(index) -> dict:
+    q = index.quantizer
+    enc = q.encoding_
+    return {
+        "format": ST.MAGIC,
+        "format_version": ST.FORMAT_VERSION,
+        "bbqlib_version": __version__,
+        "encoding_wire": enc.wire,
+        "doc_bits": enc.doc_bits,
+        "query_bits": enc.query_bits,
+        "dim": q.dim_,
+        "similarity": q.similarity_.value,
+        "similarity_code": q.similarity_.code,
+        "cluster_size": index.cluster_size,
+        "seed": int(index.seed),
+        "soar": index.soar,
+        "store_vectors": index.store_vectors,
+        "ntotal": index._ntotal,
+        "n_lists": int(index._C.shape[0]),
+        "n_entries": len(index._postings),
+        "n_deleted": index.n_deleted,
+        "centroid_bits": P.CENTROID_BITS,
+        "has_parents": index._table.has_parents,
+        "transform": None,
+    }
+
+
+def _header_arrays(index, crc, lut_crc) -> tuple[dict, dict]:
+    t = index._table
+    post = index._postings
+    arrays = {
+        "centroids": index._C,
+        "centroid_codes": t.codes,
+        "centroid_factors": t.factors,
+        "global_centroid": t.g,
+        "list_start": post.start,
+        "list_crc": crc,
+        "list_wire": np.full(post.n_lists, index.quantizer.encoding_.wire, dtype=np.uint32),
+        "deleted": np.packbits(index._deleted, bitorder="little"),
+    }
+    if lut_crc is not None:
+        arrays["list_lut_crc"] = lut_crc
+    if t.has_parents:
+        arrays.update(
+            parent_codes=t.parent_codes,
+            parent_factors=t.parent_factors,
+            parent_cc=t.parent_cc,
+            parent_radius=t.parent_radius,
+            child_order=t.child_order,
+            child_offsets=t.child_offsets,
+        )
+    q_params, q_arrays = index.quantizer.get_state()
+    arrays.update({f"quantizer.{k}": v for k, v in q_arrays.items()})
+    return q_params, arrays
+
+
+def save(index, path: Path) -> None:
+    """Write ``index`` as a new generation of the directory ``path`` (atomic)."""
+    post = index._postings
+    if post.crc is not None and post.source is not None:
+        crc, lut_crc = post.crc, post.lut_crc
+        stored = Path(post.source)
+    else:
+        planes = index.quantizer.encoding_.layout == "planes"
+        stored = post.to_store(planes)
+        crc = ST.list_crcs(stored, post.start)
+        lut_crc = ST.list_crcs(stored, post.start, blocks=True) if planes else None
+        stored["assignments"] = np.asarray(index._assign)
+    q_params, arrays = _header_arrays(index, crc, lut_crc)
+    meta = header_meta(index)
+    meta["quantizer"] = q_params
+    ST.save_generation(path, meta, arrays, stored, index._segments)
+
+
+def _quantizer_of(meta: dict, h: dict):
+    """The fitted quantizer a directory records (formats 1-2: BBQ from the wire number)."""
+    if "quantizer" in meta:
+        q_arrays = {k.split(".", 1)[1]: np.asarray(v) for k, v in h.items()
+                    if k.startswith("quantizer.")}  # fmt: skip
+        return quantizer_from_state(meta["quantizer"], q_arrays)
+    enc = encoding_from_wire(meta["encoding_wire"])
+    transform = None
+    if meta.get("transform"):
+        from ...transforms import transform_from_state
+
+        t_arrays = {k.split(".", 1)[1]: v for k, v in h.items() if k.startswith("transform.")}
+        transform = transform_from_state(meta["transform"], t_arrays)
+    q = BBQQuantizer(
+        bits=enc.doc_bits, query_bits=enc.query_bits, similarity=meta["similarity"],
+        precondition=transform, seed=meta["seed"],
+    )  # fmt: skip
+    q._set_common(enc, resolve_similarity(meta["similarity"]), meta["dim"], transform)
+    q._set_centroid(np.asarray(h["global_centroid"], dtype=np.float32))
+    q._seal()
+    return q
+
+
+def load_into(index, path: Path) -> None:
+    """Read the current generation of ``path`` into ``index`` (maps postings and vectors)."""
+    meta, h, postings, segments = ST.open_generation(path)
+    q = _quantizer_of(meta, h)
+    if "list_wire" in h and np.any(np.asarray(h["list_wire"]) != q.encoding_.wire):
+        raise CorruptFileError(
+            f"the lists of the IVF index at {path} record encodings other than its "
+            "quantizer's; the files do not belong together"
+        )
+    index.quantizer = q
+    index._ntotal = int(meta["ntotal"])
+    C = np.ascontiguousarray(h["centroids"], dtype=np.float32)
+    parents = {}
+    if meta["has_parents"]:
+        names = ("parent_codes", "parent_factors", "parent_cc", "parent_radius",
+                 "child_order", "child_offsets")  # fmt: skip
+        parents = {name: h[name] for name in names}
+    g = np.asarray(h["global_centroid"], dtype=np.float32)
+    cc = np.einsum("ij,ij->i", C.astype(np.float64), C)
+    index._C = C
+    index._list_cc = cc
+    index._table = P.CentroidTable(
+        g, float(np.dot(g.astype(np.float64), g)), h["centroid_codes"], h["centroid_factors"],
+        cc, **parents,
+    )  # fmt: skip
+    n_entries = int(meta["n_entries"])
+    codes, factors, ids = postings["codes"], postings["factors"], postings["ids"]
+    if codes.shape[0] != n_entries or factors.shape != (n_entries, 4):
+        raise CorruptFileError(
+            f"posting file of {path} holds {codes.shape[0]} entries, the header records "
+            f"{n_entries}; the files do not belong together"
+        )
+    lut = None
+    if postings.get("lut_codes") is not None:
+        lut_codes = postings["lut_codes"]
+        if "list_lut_crc" not in h:
+            raise CorruptFileError(
+                f"the header of {path} has no CRC32s for the lookup-table blocks of its "
+                "posting file; the files do not belong together"
+            )
+        block_starts = lut_block_starts(h["list_start"])
+        need = (int(block_starts[-1]), codes.shape[1] * LUT_LANES)
+        if lut_codes.shape != need:
+            raise CorruptFileError(
+                f"posting file of {path} holds lookup-table blocks of shape "
+                f"{lut_codes.shape}, the lists need {need}; the files do not belong together"
+            )
+        lut = (lut_codes, block_starts)
+    index._postings = Postings(
+        codes, factors, ids, h["list_start"], crc=np.asarray(h["list_crc"]),
+        lut_crc=None if lut is None else np.asarray(h["list_lut_crc"]),
+        source=path / meta["postings_file"], lut=lut,
+    )  # fmt: skip
+    index._assign = postings["assignments"]
+    index._set_deleted(
+        np.unpackbits(h["deleted"], count=index._ntotal, bitorder="little").astype(bool)
+    )
+    index._segments = segments

@@ -1,0 +1,588 @@
+"""IVFIndex: an inverted-file index over any bbqlib quantizer, in the spirit of DiskBBQ.
+
+Build (:mod:`.build`): hierarchical k-means to ``cluster_size`` vectors per list, SOAR spill
+of every vector to a second list, each copy coded against its own list's centroid by the
+quantizer. Search (:mod:`.plan`, :mod:`.scan`): rank lists by 7-bit centroid codes, visit
+them in order until the budget is spent, code the query against each visited list, score all
+visited lists of a batch in one numba kernel, de-duplicate SOAR copies, rerank on the float
+vectors. Files (:mod:`.files`, :mod:`.storage`): a directory of checksummed, memory-mapped
+files written atomically (``docs/ivf-format.md``).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from ..._params import check_int
+from ..._validation import NotFittedError, check_k, check_vectors, prepare_for_similarity
+from ...quantizers import BBQQuantizer, Quantizer
+from ...scoring import candidate_count, check_oversample, check_scores, dedup_topk, finish
+from ...similarity import Similarity
+from . import build as B
+from . import files as F
+from . import plan as P
+from . import storage as ST
+from .scan import rerank_segments, scan_lists
+
+__all__ = ["IVFIndex", "CLUSTER_SIZE_RANGE", "MAX_VECTORS"]
+
+#: Allowed ``cluster_size`` (spec §6.1).
+CLUSTER_SIZE_RANGE = (64, 65_536)
+#: Ids are stored as int32 in the posting lists.
+MAX_VECTORS = 2**31 - 1
+#: Builds at least this large show a progress bar unless ``progress=False``.
+AUTO_PROGRESS_ROWS = 1_000_000
+_UNSET = object()
+
+
+def _check_visit_percentage(value) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+        raise TypeError(f"visit_percentage must be a number in (0, 100] or None, got {value!r}")
+    value = float(value)
+    if not (0.0 < value <= 100.0):
+        raise ValueError(
+            f"visit_percentage must be in (0, 100], got {value}; None picks the dynamic default"
+        )
+    return value
+
+
+class IVFIndex:
+    """Inverted-file index over quantized codes with SOAR spilling (DiskBBQ style).
+
+    Parameters
+    ----------
+    quantizer : Quantizer, optional
+        Any bbqlib quantizer (fitted or not): :class:`~bbqlib.BBQQuantizer` (the default,
+        built from ``bits``, ``query_bits``, ``similarity``, ``precondition`` and ``seed``),
+        :class:`~bbqlib.RaBitQQuantizer` or a :class:`~bbqlib.ScalarQuantizer`. Docs are
+        coded as residuals to their list's centroid through it; it is (re)fitted on a sample
+        of the first :meth:`add` and, for grids that depend on the data range, on residuals.
+    bits : int in 1..8, default 1
+        OSQ doc bits of the default quantizer.
+    query_bits : {"auto", 4, 7, 8, None}, default "auto"
+        Query bits of the default quantizer (4 up to 4-bit docs, 7 for 5-7, 8 for 8).
+    similarity : str, default "cosine"
+        ``cosine`` (normalizes), ``dot_product`` (unit vectors), ``euclidean``,
+        ``max_inner_product``, or an alias.
+    cluster_size : int, default 384
+        Target vectors per list (primary assignments), in [64, 65536].
+    precondition : None, True, "block", "dense", "hadamard" or a Transform
+        Random orthogonal transform of the default quantizer (ES 9.4 ``precondition``),
+        applied before clustering and quantization; the stored float vectors stay untransformed.
+    seed : int, default 42
+        Seed of the clustering samples (and of the default quantizer's transform).
+    path : str or Path, optional
+        Directory the index lives in. The first :meth:`add` streams the float vectors there,
+        every ``add`` / ``delete`` saves a new generation there, and codes, factors and
+        vectors are then served memory-mapped (only centroids stay in RAM).
+    soar : bool, default True
+        Spill every vector to its best secondary list (SOAR, lambda = 1).
+    store_vectors : bool, default True
+        Keep the float vectors for the exact rerank (and for re-clustering on growth).
+
+    Notes
+    -----
+    ``IVFIndex(1, "cosine", 384)`` (``bits`` first, bbqlib 0.1) still works, with a
+    ``DeprecationWarning``. Ids are ``0 .. ntotal - 1`` in insertion order (deleted ids are
+    not reused). The visit budget (spec §6.7) counts posting entries: ``visit_percentage = p``
+    visits lists in centroid order until ``2 · p / 100 · N`` entries were seen (the factor 2
+    pays for SOAR copies); ``None`` uses ``p / 100 = round(log10(N)² · k') / N`` with ``k'``
+    the rerank depth. Where bbqlib departs from Elasticsearch, and why: ``docs/ivf-format.md``
+    and the module docstrings of :mod:`.plan` and :mod:`.build`.
+
+    Examples
+    --------
+    >>> import numpy as np, bbqlib
+    >>> X = np.random.default_rng(0).normal(size=(5000, 32)).astype(np.float32)
+    >>> index = bbqlib.IVFIndex(bits=1, similarity="euclidean", cluster_size=128)
+    >>> index.add(X)
+    >>> scores, ids = index.search(X[:2], k=3, visit_percentage=20)
+    >>> ids[:, 0].tolist()
+    [0, 1]
+    """
+
+    def __init__(
+        self,
+        quantizer: Quantizer | None = None,
+        *legacy,
+        bits=_UNSET,
+        query_bits=_UNSET,
+        similarity=_UNSET,
+        cluster_size: int = 384,
+        precondition=_UNSET,
+        seed: int = 42,
+        path=None,
+        soar: bool = True,
+        store_vectors: bool = True,
+    ):
+        if isinstance(quantizer, (int, np.integer)) and not isinstance(quantizer, bool):
+            warnings.warn(
+                "IVFIndex(bits, similarity, cluster_size) is deprecated; pass "
+                "IVFIndex(bits=..., similarity=..., cluster_size=...) or a quantizer",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            if bits is not _UNSET:
+                raise TypeError("IVFIndex got bits both positionally and by keyword")
+            bits, quantizer = quantizer, None
+            if len(legacy) > 2:
+                raise TypeError("IVFIndex takes at most three positional arguments")
+            if legacy:
+                similarity = legacy[0]
+            if len(legacy) > 1:
+                cluster_size = legacy[1]
+        elif legacy:
+            raise TypeError("IVFIndex takes the quantizer as its only positional argument")
+        options = {"bits": bits, "query_bits": query_bits, "similarity": similarity,
+                   "precondition": precondition}  # fmt: skip
+        given = sorted(k for k, v in options.items() if v is not _UNSET)
+        if quantizer is None:
+            defaults = {"bits": 1, "query_bits": "auto", "similarity": "cosine",
+                        "precondition": None}  # fmt: skip
+            opts = {k: (defaults[k] if v is _UNSET else v) for k, v in options.items()}
+            quantizer = BBQQuantizer(seed=seed, **opts)
+            # A wrong bits / query_bits / similarity fails now, not after a long add().
+            quantizer._encoding_for_params()
+            quantizer.similarity_kind  # noqa: B018
+        elif not isinstance(quantizer, Quantizer):
+            raise TypeError(f"quantizer must be a bbqlib Quantizer, got {type(quantizer).__name__}")
+        elif given:
+            raise ValueError(
+                f"pass either a quantizer or {', '.join(given)}, not both: the quantizer "
+                "already sets them"
+            )
+        self.quantizer = quantizer
+        self.cluster_size = check_int(cluster_size, "cluster_size", *CLUSTER_SIZE_RANGE)
+        self.seed = check_int(seed, "seed", 0)
+        self.path = None if path is None else Path(path)
+        self.soar = bool(soar)
+        self.store_vectors = bool(store_vectors)
+        self._fitted = False
+        self.last_search_stats: dict = {}
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def is_fitted(self) -> bool:
+        return self._fitted
+
+    def _check_fitted(self) -> None:
+        if not self._fitted:
+            raise NotFittedError("this IVFIndex is empty; call add(X) first")
+
+    @property
+    def ntotal(self) -> int:
+        """Ids issued so far (deleted ones included)."""
+        return self._ntotal if self._fitted else 0
+
+    @property
+    def n_deleted(self) -> int:
+        return self._n_deleted if self._fitted else 0
+
+    def __len__(self) -> int:
+        """Live (not deleted) vectors."""
+        return self.ntotal - self.n_deleted
+
+    @property
+    def n_lists(self) -> int:
+        return self._C.shape[0] if self._fitted else 0
+
+    @property
+    def dim_(self) -> int:
+        return self.quantizer.dim_
+
+    @property
+    def similarity_(self) -> Similarity:
+        return self.quantizer.similarity_
+
+    @property
+    def transform_(self):
+        return self.quantizer.transform_
+
+    @property
+    def centroids_(self) -> np.ndarray:
+        """List centroids (float32 [K, d], in the quantizer's transformed space if any)."""
+        self._check_fitted()
+        return self._C
+
+    @property
+    def list_sizes(self) -> np.ndarray:
+        """Posting entries per list (int64 [K]; SOAR copies included)."""
+        self._check_fitted()
+        return self._postings.sizes
+
+    @property
+    def encoding_(self):
+        """The registry row of the codes (the quantizer's)."""
+        return self.quantizer.encoding_
+
+    @property
+    def bytes_per_entry(self) -> int:
+        """Bytes of one posting entry: packed code + 16 bytes of factors + a 4-byte id."""
+        self._check_fitted()
+        return self.encoding_.doc_bytes(self.dim_) + 16 + 4
+
+    # ------------------------------------------------------------------ building
+    def add(self, X, *, progress: bool | None = None) -> None:
+        """Add vectors; their ids continue from :attr:`ntotal`.
+
+        Parameters
+        ----------
+        X : array_like [n, d], np.memmap, or a path to ``.npy`` / ``.fvecs`` / ``.fbin``
+            Read in blocks of 65,536 rows, so a memory-mapped file larger than RAM works
+            (give the index a ``path`` so that the float vectors go to disk too).
+        progress : bool, optional
+            tqdm progress bars; default: on for builds of at least 1,000,000 vectors.
+
+        Notes
+        -----
+        The first call fits the quantizer (on a seeded sample of at most 65,536 rows) and
+        clusters. Later calls assign each vector to its nearest centroid and its SOAR list; a
+        list whose primary vectors then exceed ``2 · cluster_size`` is re-clustered into
+        several lists (needs ``store_vectors``).
+        """
+        from ...io.vectors import read_vectors
+
+        source = read_vectors(X, mmap=True) if isinstance(X, (str, os.PathLike)) else X
+        if isinstance(source, np.memmap):
+            source = source.view(np.ndarray)
+        elif not isinstance(source, np.ndarray):
+            source = np.asarray(source)
+        if source.ndim != 2:
+            raise ValueError(f"X must be 2-D (n, d), got shape {source.shape}")
+        n = source.shape[0]
+        if n == 0:
+            raise ValueError("X is empty (0 rows); pass at least one vector")
+        if self.ntotal + n > MAX_VECTORS:
+            raise ValueError(f"an IVFIndex holds at most {MAX_VECTORS} vectors (int32 ids)")
+        show = (n >= AUTO_PROGRESS_ROWS) if progress is None else bool(progress)
+        if not self._fitted:
+            self._build(source, show)
+        else:
+            check_vectors(source[:1], "X", dim=self.dim_)
+            self._add_more(source, show)
+        if self.path is not None:
+            self.save(self.path)
+
+    def _prepared_batches(self, source, show: bool, desc: str):
+        """Validated, similarity-prepared float32 blocks of ``source``."""
+        from ...io.vectors import iter_vector_batches
+
+        dim = source.shape[1]
+        bar = B.progress_bar(show, source.shape[0], desc)
+        for block in iter_vector_batches(source, B.BUILD_BATCH):
+            block = check_vectors(block, "X", dim=dim)
+            yield prepare_for_similarity(block, self.similarity_, "X")
+            bar.update(block.shape[0])
+        bar.close()
+
+    def _build(self, source: np.ndarray, show: bool) -> None:
+        n, d = source.shape
+        self.quantizer.fit(B.fit_sample(source, self.seed))
+        q = self.quantizer
+        # Pass 1: validate + prepare (normalize) into the stored vectors; working copy in the
+        # quantizer's space for clustering and encoding.
+        batches = self._prepared_batches(source, show, "vectors")
+        work_file = None
+        if self.path is not None:
+            self.path.mkdir(parents=True, exist_ok=True)
+            if self.store_vectors:
+                seg = ST.write_segment(self.path, batches, d)
+                segments = [seg]
+                if q.transform_ is None:
+                    W = seg.array
+                else:
+                    W, work_file = B.work_file(self.path, seg.array, q.transform_rows, d)
+            else:
+                W, work_file = B.work_file(self.path, batches, q.transform_rows, d)
+                segments = []
+        else:
+            stored = np.empty((n, d), dtype=np.float32)
+            start = 0
+            for block in batches:
+                stored[start : start + block.shape[0]] = block
+                start += block.shape[0]
+            W = q.transform_rows(stored)
+            segments = [ST.Segment(stored)] if self.store_vectors else []
+        try:
+            self._ntotal = n
+            self._segments = segments
+            self._set_deleted(np.zeros(n, dtype=bool))
+            self._assign = B.cluster_and_encode(self, W, np.arange(n, dtype=np.int64), show)
+            self._fitted = True
+        finally:
+            if work_file is not None:
+                del W
+                work_file.unlink(missing_ok=True)
+
+    def _add_more(self, source: np.ndarray, show: bool) -> None:
+        from .postings import merge_postings
+
+        n0 = self._ntotal
+        blocks = list(self._prepared_batches(source, show, "vectors"))
+        prepared = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+        del blocks
+        n = prepared.shape[0]
+        W = self.quantizer.transform_rows(prepared)
+        new, assign = B.assign_new(self, W, np.arange(n0, n0 + n, dtype=np.int64))
+        keep = np.ones(len(self._postings), dtype=bool)
+        self._postings = merge_postings(self._postings, keep, new, self._C.shape[0])
+        self._assign = np.concatenate([np.asarray(self._assign), assign])
+        self._set_deleted(np.concatenate([self._deleted, np.zeros(n, dtype=bool)]))
+        if self.store_vectors:
+            self._segments.append(ST.Segment(prepared))
+        self._ntotal = n0 + n
+        B.split_large_lists(self)
+
+    def _set_centroids(self, C: np.ndarray) -> None:
+        from ..clustering import parent_level
+
+        self._C = np.ascontiguousarray(C, dtype=np.float32)
+        parents = None
+        if self._C.shape[0] > P.PARENT_THRESHOLD:
+            parents = parent_level(
+                self._C, centroids_per_parent=P.CENTROIDS_PER_PARENT, seed=self.seed
+            )
+        self._table = P.centroid_table(self._C, self.similarity_.is_distance, parents=parents)
+        self._list_cc = self._table.cc
+
+    def _set_deleted(self, deleted: np.ndarray) -> None:
+        self._deleted = deleted
+        self._n_deleted = int(deleted.sum())
+        self._live_cache = None
+        self._live_per_list = None
+
+    def _primary_counts(self) -> np.ndarray:
+        return np.bincount(np.asarray(self._assign)[:, 0], minlength=self._C.shape[0])
+
+    def _vectors_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Stored float vectors of ascending ``rows`` (float32 copy)."""
+        out = np.empty((rows.size, self.dim_), dtype=np.float32)
+        start = 0
+        for seg in self._segments:
+            stop = start + len(seg)
+            lo, hi = np.searchsorted(rows, [start, stop])
+            out[lo:hi] = seg.array[rows[lo:hi] - start]
+            start = stop
+        return out
+
+    # ------------------------------------------------------------------ deleting
+    def delete(self, ids) -> None:
+        """Delete vectors by id (tombstones: they are skipped by every later search).
+
+        Raises ``ValueError`` for ids that were never issued or are already deleted.
+        """
+        self._check_fitted()
+        ids = np.asarray(ids)
+        if ids.ndim == 0:
+            ids = ids[None]
+        if ids.size == 0:
+            return
+        if ids.dtype.kind not in "iu":
+            raise TypeError(f"ids must be integers, got dtype {ids.dtype}")
+        unknown = ids[(ids < 0) | (ids >= self._ntotal)]
+        if unknown.size:
+            raise ValueError(
+                f"cannot delete unknown ids {unknown[:5].tolist()}"
+                f"{' ...' if unknown.size > 5 else ''}: ids are in [0, {self._ntotal - 1}]"
+            )
+        gone = ids[self._deleted[ids]]
+        if gone.size:
+            raise ValueError(
+                f"ids {gone[:5].tolist()}{' ...' if gone.size > 5 else ''} were already deleted"
+            )
+        deleted = self._deleted.copy()
+        deleted[ids] = True
+        self._set_deleted(deleted)
+        if self.path is not None:
+            self.save(self.path)
+
+    # ------------------------------------------------------------------ searching
+    def search(
+        self,
+        queries,
+        k: int = 10,
+        *,
+        visit_percentage: float | None = None,
+        oversample: float | None = None,
+        rerank: bool = True,
+        filter=None,
+        scores: str = "similarity",
+    ):
+        """Approximate top-``k``: ``(scores float32 [nq, k], ids int64 [nq, k])``.
+
+        Parameters
+        ----------
+        queries : float array [nq, d] or [d]
+        k : int
+        visit_percentage : float in (0, 100], optional
+            Share of the vectors to visit (SOAR copies counted as half); ``None``: the
+            dynamic default ``round(log10(N)² · k') / N``.
+        oversample : float >= 1, optional
+            Rerank depth ``k' = min(ceil(k · oversample), 10,000)``; default from the encoding
+            (3.0 at 1 bit, 1.5 at 2 bits, 1.0 above).
+        rerank : bool
+            Rescore the ``k'`` candidates on the float vectors (exact scores).
+        filter : boolean mask [ntotal] or array of ids, optional
+            Only these ids are returned; lists are visited until enough allowed entries
+            were scored.
+        scores : {"similarity", "raw"}
+            ``"similarity"``: Lucene's mapping (higher is better); ``"raw"``: squared L2
+            (ascending) or the inner product / cosine.
+        """
+        self._check_fitted()
+        k = check_k(k)
+        check_scores(scores)
+        vp = _check_visit_percentage(visit_percentage)
+        if rerank not in (True, False):
+            raise ValueError(f"rerank must be True or False, got {rerank!r}")
+        if rerank and not self.store_vectors:
+            raise ValueError(
+                "this index keeps no float vectors (store_vectors=False); search with rerank=False"
+            )
+        q = self.quantizer
+        sim = q.similarity_
+        Qp = q._validated(queries, "queries", allow_1d=True)
+        Qt = q.transform_rows(Qp)
+        nq = Qp.shape[0]
+        oversample = check_oversample(oversample, q.encoding_.default_oversample)
+        n_live = len(self)
+        depth = candidate_count(k, oversample, n_live) if rerank else min(k, n_live)
+        if depth == 0:
+            return finish(np.empty((nq, 0)), np.empty((nq, 0), np.int64), k, sim, scores)
+        ratio = vp / 100.0 if vp is not None else P.dynamic_visit_ratio(self._ntotal, depth)
+        heap = 2 * depth
+        need = max(2.0 * ratio * self._ntotal, heap)
+        allowed = self._allowed(filter)
+        sizes = self._postings.sizes
+        allowed_sizes = None
+        if allowed is not None:
+            if filter is None:  # tombstones only: per-list live counts change on delete/add
+                if self._live_per_list is None:
+                    self._live_per_list = self._allowed_per_list(allowed)
+                allowed_sizes = self._live_per_list
+            else:
+                allowed_sizes = self._allowed_per_list(allowed)
+        by_distance = sim is not Similarity.MAX_INNER_PRODUCT
+        plan = P.plan_batch(Qt, self._table, sizes, sim.is_distance, by_distance, ratio, need,
+                            heap, allowed_sizes)  # fmt: skip
+        keys, ids = scan_lists(q, self._postings, self._C, self._list_cc, Qt, plan, heap, allowed)
+        keys, ids = dedup_topk(keys, ids, depth)
+        entries = int(sizes[plan[0]].sum())
+        self.last_search_stats = {
+            "lists_visited": plan[0].size / nq,
+            "entries_scored": entries / nq,
+            "visited_fraction": entries / nq / max(1, 2 * self._ntotal),
+            "depth": depth,
+        }
+        if rerank:
+            keys, ids = rerank_segments(Qp, self._segments, ids, k, sim)
+        return finish(keys, ids, k, sim, scores)
+
+    def _allowed(self, filter) -> np.ndarray | None:
+        """uint8 mask over ids (filter and not deleted), or None when everything is allowed."""
+        live = None
+        if self._n_deleted:
+            if self._live_cache is None:
+                self._live_cache = (~self._deleted).view(np.uint8)
+            live = self._live_cache
+        if filter is None:
+            return live
+        n = self._ntotal
+        f = np.asarray(filter)
+        if f.dtype == bool:
+            if f.shape != (n,):
+                raise ValueError(
+                    f"a boolean filter must have shape ({n},) (one flag per id), got {f.shape}"
+                )
+            mask = f.view(np.uint8)
+        else:
+            if not np.issubdtype(f.dtype, np.integer):
+                raise TypeError("filter must be a boolean mask or an array of integer ids")
+            f = f.reshape(-1)
+            if f.size and (f.min() < 0 or f.max() >= n):
+                raise ValueError(
+                    f"filter ids must be in [0, {n}), got range [{f.min()}, {f.max()}]"
+                )
+            mask = np.zeros(n, dtype=np.uint8)
+            mask[f] = 1
+        if live is not None:
+            mask = mask & live
+        return np.ascontiguousarray(mask, dtype=np.uint8)
+
+    def _allowed_per_list(self, allowed: np.ndarray) -> np.ndarray:
+        post = self._postings
+        entry_list = np.repeat(np.arange(post.n_lists, dtype=np.int32), post.sizes)
+        weights = allowed[np.asarray(post.ids)].astype(np.float64)
+        return np.bincount(entry_list, weights=weights, minlength=post.n_lists)
+
+    # ------------------------------------------------------------------ files
+    def save(self, path=None) -> Path:
+        """Write the index as a new generation of the directory ``path`` (atomic).
+
+        ``path`` defaults to the index's own ``path``. Vector files already in ``path`` are
+        reused, not rewritten; an interrupted save leaves the previous generation openable.
+        """
+        self._check_fitted()
+        if path is None:
+            if self.path is None:
+                raise ValueError("save() needs a path: this index has none (pass path=...)")
+            path = self.path
+        path = Path(path)
+        F.save(self, path)
+        if self.path is not None and path.resolve() == self.path.resolve():
+            # The index lives here: serve from the new files, drop the RAM copies.
+            F.load_into(self, path)
+        return path
+
+    @classmethod
+    def open(cls, path) -> IVFIndex:
+        """Open a saved index; only centroids are read into RAM, the rest is memory-mapped.
+
+        Raises ``FileNotFoundError`` when ``path`` holds no index and
+        :class:`~bbqlib.CorruptFileError` when a file is missing, truncated or damaged.
+        """
+        path = Path(path)
+        meta, _, _, _ = ST.open_generation(path)
+        index = cls(
+            BBQQuantizer(),  # replaced by the stored quantizer below
+            cluster_size=meta["cluster_size"],
+            seed=meta["seed"],
+            path=path,
+            soar=meta["soar"],
+            store_vectors=meta["store_vectors"],
+        )
+        F.load_into(index, path)
+        index._fitted = True
+        return index
+
+    def verify(self) -> dict:
+        """Check every checksum (disk-backed) or the structure (in memory); raise if bad.
+
+        On disk: the header, every posting list's CRC32 and every vector file's CRC32.
+        Returns a small summary.
+        """
+        from ...io.container import CorruptFileError
+
+        self._check_fitted()
+        post = self._postings
+        if post.crc is not None and post.source is not None:
+            out = ST.verify_generation(Path(post.source).parent)
+            post.mark_verified()
+            return out
+        start = post.start
+        if start[0] != 0 or np.any(np.diff(start) < 0) or start[-1] != len(post):
+            raise CorruptFileError("IVF index in memory has inconsistent list offsets")
+        ids = np.asarray(post.ids)
+        if ids.size and (ids.min() < 0 or ids.max() >= self._ntotal):
+            raise CorruptFileError("IVF index in memory holds ids out of range")
+        return {"generation": None, "lists": int(start.size - 1), "vector_segments": 0}
+
+    def __repr__(self) -> str:
+        state = f"ntotal={self.ntotal}, lists={self.n_lists}" if self._fitted else "empty"
+        return f"IVFIndex(quantizer={self.quantizer!r}, cluster_size={self.cluster_size}, {state})"

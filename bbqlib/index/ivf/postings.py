@@ -1,0 +1,125 @@
+"""Posting lists: codes, factor rows and ids grouped by list, with their checksums.
+
+Entries of list ``j`` are rows ``start[j]:start[j + 1]`` of every array (ids ascending within
+a list). ``codes`` are packed as the encoding's registry row says; ``factors`` are the
+correction algebra's rows ``(a_x, l_x, ΣX, add_x)`` (float32) that the quantizer made for
+each entry against its list's centre; ``ids`` int32 (a vector appears twice with SOAR).
+Plane codes also exist in blocks of 32 entries per list for the lookup-table scan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ...io.container import CorruptFileError
+from ...packing import lut_list_blocks
+from . import storage as ST
+
+__all__ = ["Postings", "merge_postings"]
+
+
+@dataclass
+class Postings:
+    """The posting arrays of an IVF index (in RAM or memory-mapped from a posting file).
+
+    ``crc`` / ``lut_crc``: per-list CRC32 of the stored file (None in RAM); ``source``: the
+    file they map; ``lut``: ``(blocks, block_starts)`` once made or mapped.
+    """
+
+    codes: np.ndarray
+    factors: np.ndarray
+    ids: np.ndarray
+    start: np.ndarray
+    crc: np.ndarray | None = None
+    lut_crc: np.ndarray | None = None
+    source: Path | None = None
+    lut: tuple[np.ndarray, np.ndarray] | None = None
+    _verified: np.ndarray = field(init=False, repr=False)
+    _verified_blocks: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self):
+        self.start = np.ascontiguousarray(self.start, dtype=np.int64)
+        k = self.n_lists
+        self._verified = np.full(k, self.crc is None, dtype=bool)
+        self._verified_blocks = np.full(k, self.lut_crc is None, dtype=bool)
+
+    @property
+    def n_lists(self) -> int:
+        return self.start.shape[0] - 1
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.start)
+
+    def __len__(self) -> int:
+        return self.ids.shape[0]
+
+    def lut_layout(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(blocks, block_starts)``: each list's codes in blocks of 32 (made once, kept)."""
+        if self.lut is None:
+            self.lut = lut_list_blocks(np.asarray(self.codes), self.start)
+        return self.lut
+
+    def arrays(self) -> dict:
+        """The arrays as stored (``lut_codes`` when the blocks are mapped from the file)."""
+        out = {"codes": self.codes, "factors": self.factors, "ids": self.ids}
+        if self.lut is not None and self.source is not None:
+            out["lut_codes"] = self.lut[0]
+        return out
+
+    def to_store(self, planes: bool) -> dict:
+        """Arrays of a new posting file (plane codes also as blocks)."""
+        out = {
+            "codes": np.asarray(self.codes),
+            "factors": np.asarray(self.factors),
+            "ids": np.asarray(self.ids),
+        }
+        if planes:
+            out["lut_codes"] = np.asarray(self.lut_layout()[0])
+        return out
+
+    def check(self, lists: np.ndarray, blocks: bool) -> None:
+        """CRC32 of every list in ``lists`` read for the first time (files only), over what
+        the scan reads: the lookup-table blocks (``blocks``) or the codes."""
+        if self.crc is None:
+            return
+        blocks = blocks and self.lut_crc is not None
+        crcs, verified = (
+            (self.lut_crc, self._verified_blocks) if blocks else (self.crc, self._verified)
+        )
+        todo = np.unique(lists[~verified[lists]])
+        if todo.size == 0:
+            return
+        bad = ST.bad_lists(self.arrays(), self.start, crcs, todo, blocks=blocks)
+        if bad.size:
+            raise CorruptFileError(
+                f"posting list {int(bad[0])} of the IVF index at {self.source} fails its CRC32 "
+                f"({bad.size} bad list(s) among those read): the file is corrupted; rebuild "
+                "the index or restore the file"
+            )
+        verified[todo] = True
+
+    def mark_verified(self) -> None:
+        self._verified[:] = True
+        self._verified_blocks[:] = True
+
+
+def merge_postings(old: Postings, keep: np.ndarray, new: Postings, n_lists: int) -> Postings:
+    """Entries ``keep`` of ``old`` plus all of ``new``, regrouped for ``n_lists`` lists.
+
+    The result is grouped by list with ids ascending within each list (the order a fresh
+    build gives).
+    """
+    old_labels = np.repeat(np.arange(old.n_lists), old.sizes)[keep]
+    new_labels = np.repeat(np.arange(new.n_lists), new.sizes)
+    labels = np.concatenate([old_labels, new_labels])
+    ids = np.concatenate([np.asarray(old.ids)[keep], new.ids])
+    order = np.lexsort((ids, labels))
+    codes = np.concatenate([np.asarray(old.codes)[keep], new.codes])[order]
+    factors = np.concatenate([np.asarray(old.factors)[keep], new.factors])[order]
+    start = np.zeros(n_lists + 1, dtype=np.int64)
+    np.cumsum(np.bincount(labels, minlength=n_lists), out=start[1:])
+    return Postings(codes, factors, ids[order].astype(np.int32), start)

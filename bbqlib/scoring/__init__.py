@@ -1,0 +1,61 @@
+"""Scoring: codes as the kernels see them, the layout → kernel table, scans, rerank, exit.
+
+One path serves every index and adapter: a quantizer makes :class:`DocCodes` /
+:class:`QueryCodes` (each naming its registry row), :mod:`.dispatch` picks the kernels,
+:mod:`.scan` ranks by keys (higher is better, everywhere inside bbqlib), :mod:`.rerank`
+rescoring on float vectors with the one exact kernel, :mod:`.topk` merges heaps, and
+:func:`.finish.finish` maps keys to the scores a caller sees.
+"""
+
+from .candidates import (
+    CandidateScorer,
+    ExactScorer,
+    check_ids,
+    exact_candidates,
+    exact_scorer,
+    score_candidates,
+)
+from .codes import DocCodes, QueryCodes
+from .dispatch import KERNELS, LUT_MAX_QUERY_PLANES, kernels_for, use_lut
+from .finish import SCORE_KINDS, check_scores, finish
+from .rerank import (
+    OVERSAMPLE_LIMIT,
+    candidate_count,
+    check_oversample,
+    exact_mode,
+    exact_values,
+    rerank_keys,
+)
+from .scan import QUERY_BATCH, estimate_raw, query_tables, topk_keys
+from .topk import EMPTY_ID, dedup_topk, merge_topk
+
+__all__ = [
+    "CandidateScorer",
+    "DocCodes",
+    "EMPTY_ID",
+    "ExactScorer",
+    "KERNELS",
+    "LUT_MAX_QUERY_PLANES",
+    "OVERSAMPLE_LIMIT",
+    "QUERY_BATCH",
+    "QueryCodes",
+    "SCORE_KINDS",
+    "candidate_count",
+    "check_ids",
+    "check_oversample",
+    "check_scores",
+    "dedup_topk",
+    "estimate_raw",
+    "exact_candidates",
+    "exact_mode",
+    "exact_scorer",
+    "exact_values",
+    "finish",
+    "kernels_for",
+    "merge_topk",
+    "query_tables",
+    "rerank_keys",
+    "score_candidates",
+    "topk_keys",
+    "use_lut",
+]
