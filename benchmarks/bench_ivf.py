@@ -45,9 +45,12 @@ def _recall(ids, gt) -> float:
     return float(recall_at_k(ids, gt, 10))
 
 
-def build_bbqlib(X, bits):
+def build_bbqlib(X, bits=1, quantizer=None):
     t0 = time.perf_counter()
-    index = bbqlib.IVFIndex(bits=bits, similarity="cosine")
+    if quantizer is None:
+        index = bbqlib.IVFIndex(bits=bits, similarity="cosine")
+    else:
+        index = bbqlib.IVFIndex(quantizer)
     index.add(X)
     return index, time.perf_counter() - t0
 
@@ -85,6 +88,13 @@ def main(argv=None) -> int:
     ap.add_argument("--queries", type=int, default=500)
     ap.add_argument("--out", default=str(_common.repo_root() / "benchmarks/results/ivf.md"))
     ap.add_argument("--skip-hnsw", action="store_true")
+    ap.add_argument(
+        "--families",
+        default="bbq,rabitq,sq8",
+        help="bbq: BBQ 1/2-bit vs faiss IVFRaBitQ 1/2-bit; rabitq: RaBitQQuantizer 2-bit (4-bit "
+        "queries, as faiss qb=4) vs faiss IVFRaBitQ 2-bit; sq8: int8 per_dim vs faiss IVF SQ8 "
+        "(no rerank on either side)",
+    )
     args = ap.parse_args(argv)
 
     ds = _common.load_dataset("debian-minilm-384", args.queries)
@@ -95,7 +105,8 @@ def main(argv=None) -> int:
         warm = bbqlib.IVFIndex(bits=1, cluster_size=64)  # numba compile/load outside timings
         warm.add(X[:2000])
         warm.search(Q[:5])
-        for bits in (1, 2):
+        families = args.families.split(",")
+        for bits in (1, 2) if "bbq" in families else ():
             index, secs = build_bbqlib(X, bits)
             print(f"bbqlib IVF {bits}-bit: {index.n_lists} lists, build {secs:.1f} s", flush=True)
             settings = [
@@ -105,8 +116,38 @@ def main(argv=None) -> int:
             runs[f"bbqlib IVF {bits}-bit"] = dict(
                 build=secs, settings=settings, param="visit %", index=index
             )
-        nlist = runs["bbqlib IVF 1-bit"]["index"].n_lists
-        for bits in (1, 2):
+        if "rabitq" in families:
+            rq = bbqlib.RaBitQQuantizer(bits=2, query_bits=4, similarity="cosine", seed=0)
+            index, secs = build_bbqlib(X, quantizer=rq)
+            print(f"bbqlib IVF RaBitQ 2-bit: build {secs:.1f} s", flush=True)
+            runs["bbqlib IVF RaBitQ 2-bit (4-bit queries)"] = dict(
+                build=secs,
+                settings=[
+                    (vp, lambda vp=vp, index=index: index.search(Q, 10, visit_percentage=vp))
+                    for vp in [None, *VISIT]
+                ],
+                param="visit %",
+                index=index,
+            )
+        if "sq8" in families:
+            sq = bbqlib.ScalarQuantizer(bits=8, method="per_dim", similarity="cosine")
+            index, secs = build_bbqlib(X, quantizer=sq)
+            print(f"bbqlib IVF int8 per_dim: build {secs:.1f} s", flush=True)
+            runs["bbqlib IVF int8 per_dim (no rerank)"] = dict(
+                build=secs,
+                settings=[
+                    (vp, lambda vp=vp, index=index: index.search(Q, 10, visit_percentage=vp,
+                                                                 rerank=False))  # fmt: skip
+                    for vp in [None, *VISIT]
+                ],
+                param="visit %",
+                index=index,
+            )
+        first = next(r for r in runs.values() if "index" in r)
+        nlist = first["index"].n_lists
+        for bits in (1, 2) if ("bbq" in families or "rabitq" in families) else ():
+            if bits == 1 and "bbq" not in families:
+                continue
             over = bbqlib.get_encoding(bits).default_oversample
             peer = peers.faiss_ivf_rabitq(X, "cosine", nlist=nlist, bits=bits, k_factor=over)
             print(f"{peer.name}: build {peer.build_seconds:.1f} s", flush=True)
@@ -119,6 +160,20 @@ def main(argv=None) -> int:
                 build=peer.build_seconds,
                 settings=[(n, lambda n=n, fs=fs: fs(n)) for n in NPROBE],
                 param="nprobe",
+            )
+        if "sq8" in families:
+            peer = peers.faiss_ivf_sq(X, "cosine", nlist=nlist, qtype="SQ8")
+            print(f"{peer.name}: build {peer.build_seconds:.1f} s", flush=True)
+
+            def ss(npr, peer=peer):
+                peer.set_search_params(nprobe=npr)
+                return peer.search(Q, 10)
+
+            runs["faiss IVF SQ8 (no refine)"] = dict(
+                build=peer.build_seconds,
+                settings=[(n, lambda n=n, ss=ss: ss(n)) for n in NPROBE],
+                param="nprobe",
+                nlist=nlist,
             )
         if not args.skip_hnsw:
             peer = peers.hnswlib_hnsw(X, "cosine", M=16, ef_construction=200)
@@ -141,6 +196,8 @@ def main(argv=None) -> int:
                 run["rows"].append({"param": param, "recall": _recall(ids, gt), "times": []})
                 if run.get("index") is not None:
                     run["rows"][-1]["visited"] = run["index"].last_search_stats["visited_fraction"]
+                elif run.get("nlist"):  # faiss IVF: share of the lists probed
+                    run["rows"][-1]["visited"] = param / run["nlist"]
         for r in range(args.rounds):
             for run in runs.values():
                 for row, (_, fn) in zip(run["rows"], run["settings"], strict=True):
@@ -157,8 +214,8 @@ def main(argv=None) -> int:
     hnsw_build = runs.get("hnswlib M16 efC200", {}).get("build")
     for label, run in runs.items():
         cols = [("param", run["param"]), ("recall", "recall@10", ".3f"), ("qps", "QPS", ",.0f")]
-        if "index" in run:
-            cols.insert(2, ("visited", "entries visited / 2N", ".4f"))
+        if "index" in run or "nlist" in run:
+            cols.insert(2, ("visited", "share of vectors visited", ".4f"))
         for row in run["rows"]:
             if row["param"] is None:
                 row["param"] = "dynamic"
@@ -186,7 +243,7 @@ def main(argv=None) -> int:
             ("max_recall", "best recall", ".3f"),
         ],
     )
-    ix1 = runs["bbqlib IVF 1-bit"]["index"]
+    ix1 = next(r for r in runs.values() if "index" in r)["index"]
     notes = [
         f"{ds.note}; bbqlib IVF: cluster_size 384 -> {ix1.n_lists} lists, SOAR, "
         "7-bit centroids, query re-quantized per list (4 bits, 1 iteration), default "

@@ -488,6 +488,46 @@ def faiss_ivf_rabitq(
     return peer
 
 
+def faiss_ivf_sq(
+    X,
+    similarity: str = "cosine",
+    *,
+    nlist: int,
+    nprobe: int = 1,
+    qtype: str = "SQ8",
+    k_factor: float | None = None,
+    seed: int | None = None,
+) -> Peer:
+    """faiss ``IndexIVFScalarQuantizer`` (``IVF{nlist},SQ8``): per-dimension scales trained on
+    residuals to the list centroids (``by_residual``), float queries against decoded codes."""
+    faiss = _require("faiss", "faiss-cpu")
+    if qtype not in _SQ_TYPES:
+        raise ValueError(f"qtype must be one of {sorted(_SQ_TYPES)}; got {qtype!r}.")
+    sim = _similarity(similarity)
+    X = _prepare(X, sim)
+    d = X.shape[1]
+    metric = _faiss_metric(faiss, sim)
+    quantizer = faiss.IndexFlat(d, metric)
+    qt = getattr(faiss.ScalarQuantizer, _SQ_TYPES[qtype])
+    ivf = faiss.IndexIVFScalarQuantizer(quantizer, d, int(nlist), qt, metric, True)
+    ivf.nprobe = int(nprobe)
+    top, rr = _faiss_wrap(faiss, ivf, d, False, seed)
+    holder = {"ivf": ivf, "quantizer": quantizer, "rr": rr, "top": top}
+
+    def setter(nprobe=None):
+        if nprobe is not None:
+            ivf.nprobe = int(nprobe)
+
+    def label(p):
+        return f"faiss IVF{p['nlist']},{p['qtype']} nprobe{p['nprobe']}{_refine_label(p)}"
+
+    params = dict(nlist=nlist, nprobe=nprobe, qtype=qtype, rotate=False, seed=seed,
+                  _keys=("nprobe",))  # fmt: skip
+    peer = _faiss_peer(faiss, label, sim, X, top, holder, ivf.code_size, params, setter, k_factor)
+    peer.extra["id_bytes_per_vector"] = 8
+    return peer
+
+
 # ----------------------------------------------------------------------------- hnswlib
 def hnswlib_hnsw(
     X,

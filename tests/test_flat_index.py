@@ -192,13 +192,13 @@ def test_search_uses_candidate_count(make_vectors, monkeypatch):
         index = FlatIndex(bits=bits)
         index.add(X)
         q = index.quantizer
-        original = q.search
+        original = q.topk_keys
 
         def spy(*args, _original=original, **kwargs):
             depths.append(args[2])
             return _original(*args, **kwargs)
 
-        monkeypatch.setattr(q, "search", spy)
+        monkeypatch.setattr(q, "topk_keys", spy)
         assert q.default_oversample == default
         index.search(Q, 10)
         assert depths[-1] == math.ceil(10 * default)

@@ -498,13 +498,15 @@ def test_bad_input(built):
     with pytest.raises(ValueError, match="dimension"):
         built.search(np.ones((2, 5), np.float32))
     with pytest.raises(ValueError, match="bits"):
-        IVFIndex(bits=3)
+        IVFIndex(bits=9)
     with pytest.raises(ValueError, match="cluster_size"):
         IVFIndex(cluster_size=10)
     with pytest.raises(ValueError, match="visit_percentage"):
         built.search(np.ones(48, np.float32), visit_percentage=0)
     with pytest.raises(ValueError, match="query_bits"):
-        IVFIndex(query_bits=None)
+        IVFIndex(query_bits=5)
+    with pytest.raises(ValueError, match="either a quantizer or bits"):
+        IVFIndex(bbqlib.BBQQuantizer(), bits=2)
     with pytest.raises(bbqlib.NotFittedError):
         IVFIndex().search(np.ones(4, np.float32))
     with pytest.raises(ValueError, match="dimension"):
@@ -531,7 +533,7 @@ def test_save_open_round_trip(built, data, tmp_path):
         or opened._postings.codes.base is not None
     )
     manifest = json.loads((tmp_path / "ix" / "MANIFEST").read_text())
-    assert manifest["magic"] == "bbqlib-ivf" and manifest["format_version"] == 2
+    assert manifest["magic"] == "bbqlib-ivf" and manifest["format_version"] == 3
 
 
 def test_path_mode_streams_and_serves_from_disk(data, tmp_path):

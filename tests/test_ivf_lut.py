@@ -20,6 +20,7 @@ from bbqlib._kernels import lut as L
 from bbqlib._kernels import scoring as KS
 from bbqlib.encoding import get_encoding, padded_dim
 from bbqlib.packing import lut_blocks, lut_list_blocks, pack_planes
+from bbqlib.index.ivf.scan import uses_lut
 from bbqlib.scoring import dedup_topk
 
 needs_avx2 = pytest.mark.skipif(
@@ -92,7 +93,7 @@ def test_search_same_with_popcount_scan(vectors, bits, similarity, monkeypatch):
     for name in ("lut", "popcount"):
         if name == "popcount":
             monkeypatch.setenv("BBQLIB_NO_AVX2", "1")
-        assert index._uses_lut() == (name == "lut")
+        assert uses_lut(index.encoding_) == (name == "lut")
         runs[name] = [
             index.search(Q, 10, visit_percentage=vp, rerank=rr, filter=f)
             for vp in (3.0, 30.0)
@@ -110,7 +111,7 @@ def test_format_2_files_carry_checked_blocks(vectors, tmp_path):
     index.add(X)
     expected = index.search(Q, 10, visit_percentage=20.0)
     index.save(tmp_path / "ix")
-    assert json.loads((tmp_path / "ix" / "MANIFEST").read_text())["format_version"] == 2
+    assert json.loads((tmp_path / "ix" / "MANIFEST").read_text())["format_version"] == 3
     opened = IVFIndex.open(tmp_path / "ix")
     assert opened._postings.lut is not None and isinstance(opened._postings.lut[0].base, np.memmap)
     got = opened.search(Q, 10, visit_percentage=20.0)
@@ -148,7 +149,8 @@ def test_lookup_table_search_reads_and_checks_no_row_codes(vectors, tmp_path):
     opened = IVFIndex.open(tmp_path / "ix")
     got = opened.search(Q, 10, visit_percentage=100.0)
     np.testing.assert_array_equal(got[1], expected[1])
-    assert opened._verified_blocks.all() and not opened._verified.any()
+    post = opened._postings
+    assert post._verified_blocks.all() and not post._verified.any()
     with pytest.raises(CorruptFileError, match="CRC"):
         opened.verify()
 

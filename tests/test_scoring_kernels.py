@@ -217,7 +217,7 @@ def test_true_dimension_not_padded_dimension():
 
 def test_float_chunking(monkeypatch):
     """Plane docs meet float queries in unpacked chunks; ids and masks must follow the offsets."""
-    monkeypatch.setattr(scoring, "UNPACK_CHUNK", 7)
+    monkeypatch.setattr(scoring.scan, "UNPACK_CHUNK", 7)
     g = np.random.default_rng(1)
     X = codes(g, 50, 33, 2)
     y = g.normal(size=(3, 33)).astype(np.float32)

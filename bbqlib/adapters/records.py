@@ -91,10 +91,9 @@ class RecordLayout:
         else:
             data = records[:, : self.dim]
         return DocCodes(
-            "planes" if self.planes else "bytes",
+            quantizer.encoding_,
             data,
             factors,
-            self.planes,
             self.dim,
             quantizer.centroid_dot_,
             quantizer.similarity_.is_distance,

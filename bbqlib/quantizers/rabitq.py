@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 
 from .. import scoring
-from .._kernels.rabitq import bound_rerank, sweep_levels
+from .._kernels.rabitq import bound_rerank
 from .._kernels.scoring import EMPTY_ID
 from .._params import Boolean, Integer
 from .._validation import check_k
@@ -22,6 +21,7 @@ from ..encoding import (
 from ..packing import pack_planes, plane_words, unpack_planes
 from .base import Quantizer
 from .encoded import EncodedVectors
+from .rabitq_codes import fast_rescale_factor, grid_codes, quantize_rows
 from .registry import register_quantizer
 
 __all__ = [
@@ -48,8 +48,6 @@ _CHUNK = 8192
 # pairs so that the float64 estimate, bound and key arrays stay near 100 MB.
 _BOUND_BATCH = 32
 _BOUND_PAIRS = 1 << 22
-# Random unit vectors averaged for the fast variant's fixed rescaling factor.
-_FAST_SAMPLES = 100
 
 
 def rabitq_encoding(bits: int, query_bits: int | None | str = "auto") -> Encoding:
@@ -70,24 +68,6 @@ def _check_eps0(eps0) -> float:
     if not math.isfinite(eps0) or eps0 <= 0:
         raise ValueError(f"eps0 must be a finite number > 0 (default 1.9), got {eps0!r}")
     return float(eps0)
-
-
-@functools.lru_cache(maxsize=64)
-def fast_rescale_factor(dim: int, bits: int) -> float:
-    """The fast variant's fixed rescaling factor for ``(dim, bits)`` (spec §2.2 step 4).
-
-    The mean optimal ``t`` of 100 random unit vectors (seeded by ``(dim, bits)``), in units of
-    a unit vector's coordinates; ``0`` at 1 bit.
-    """
-    if bits == 1:
-        return 0.0
-    rng = np.random.default_rng([int(dim), int(bits), 0x7AB17])
-    g = rng.standard_normal((_FAST_SAMPLES, int(dim)))
-    a = np.abs(g) / np.linalg.norm(g, axis=1, keepdims=True)
-    levels = np.empty(a.shape, dtype=np.uint8)
-    t = np.empty(len(a))
-    sweep_levels(np.ascontiguousarray(a), 2 ** (bits - 1) - 1, levels, t)
-    return float(t.mean())
 
 
 @register_quantizer
@@ -237,7 +217,7 @@ class RaBitQQuantizer(Quantizer):
         corr = np.empty(n, dtype=enc.corrections_dtype)
         for start in range(0, n, _CHUNK):
             stop = min(n, start + _CHUNK)
-            x_u, fields = _quantize_rows(
+            x_u, fields = quantize_rows(
                 Xr[start:stop], c, bits, self.rescale_factor_ if self.fast else None
             )
             codes[start:stop] = pack_planes(x_u, bits)
@@ -292,7 +272,7 @@ class RaBitQQuantizer(Quantizer):
             factors[:, 1] = 1.0
             factors[:, 2] = y64.sum(axis=1)
             return scoring.QueryCodes.of(self.encoding_, y, factors), r_q, np.zeros(len(y))
-        codes, e_norm = _grid_codes(y64, qb, factors)
+        codes, e_norm = grid_codes(y64, qb, factors)
         words = plane_words(pack_planes(codes, qb))
         return scoring.QueryCodes.of(self.encoding_, words, factors), r_q, e_norm
 
@@ -311,7 +291,7 @@ class RaBitQQuantizer(Quantizer):
             stop = min(m, start + _CHUNK)
             V = W[rows[start:stop]].astype(np.float64)
             C = centres[lists[start:stop]].astype(np.float64)
-            x_u, fields = _quantize_rows(
+            x_u, fields = quantize_rows(
                 V - C, zero, bits, self.rescale_factor_ if self.fast else None
             )
             codes[start:stop] = pack_planes(x_u, bits)
@@ -331,7 +311,7 @@ class RaBitQQuantizer(Quantizer):
         qb = self.encoding_.query_bits
         if qb is None:
             return y, factors
-        codes, _ = _grid_codes(y.astype(np.float64), qb, factors)
+        codes, _ = grid_codes(y.astype(np.float64), qb, factors)
         return self._pair_query_data(codes, lut), factors
 
     # -- estimates and bounds ---------------------------------------------------------------
@@ -496,60 +476,3 @@ class RaBitQQuantizer(Quantizer):
             out_keys[q0:q1] = np.where(empty, -np.inf, heap_keys)
             ids[q0:q1] = np.where(empty, -1, heap_ids)
         return out_keys, ids, reads
-
-
-def _grid_codes(y64: np.ndarray, qb: int, factors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Uniform ``qb``-bit grid over each row's ``[min, max]``, deterministic nearest rounding.
-
-    Writes ``(a_y, l_y, ΣY)`` into ``factors[:, :3]``; returns uint8 codes and the rounding
-    error norms ``||ŷ - y||``.
-    """
-    lo = y64.min(axis=1)
-    step = (y64.max(axis=1) - lo) / (2**qb - 1)
-    safe = np.where(step > 0, step, 1.0)
-    codes = np.rint((y64 - lo[:, None]) / safe[:, None])
-    codes = np.clip(codes, 0, 2**qb - 1)
-    codes[step == 0] = 0
-    rounding = lo[:, None] + step[:, None] * codes - y64
-    factors[:, 0] = lo
-    factors[:, 1] = step
-    factors[:, 2] = codes.sum(axis=1)
-    return codes.astype(np.uint8), np.sqrt(np.einsum("ij,ij->i", rounding, rounding))
-
-
-def _quantize_rows(Xr: np.ndarray, c: np.ndarray, bits: int, factor: float | None):
-    """Codes and corrections of rotated rows against centre ``c`` (spec §2.1-2.3).
-
-    Returns ``(x_u uint8 [n, d], fields)`` with the correction fields plus ``r2 = r_o²``.
-    """
-    R = Xr.astype(np.float64) - c
-    n, d = R.shape
-    a = np.abs(R)
-    M = 2 ** (bits - 1) - 1
-    r2 = np.einsum("ij,ij->i", R, R)
-    if M == 0:
-        levels = np.zeros((n, d), dtype=np.uint8)
-    elif factor is None:
-        levels = np.empty((n, d), dtype=np.uint8)
-        sweep_levels(a, M, levels, np.empty(n))
-    else:
-        r = np.sqrt(r2)
-        unit = a / np.where(r > 0, r, 1.0)[:, None]
-        levels = np.minimum(np.floor(factor * unit), M).astype(np.uint8)
-    sign = R > 0
-    x_u = np.where(sign, levels + (M + 1), M - levels).astype(np.uint8)
-    mag = levels + 0.5
-    ip = np.einsum("ij,ij->i", mag, a)  # <y*, o'> > 0: y* has the signs of o'
-    y_sq = np.einsum("ij,ij->i", mag, mag)
-    live = r2 > 0
-    scale = np.where(live, r2 / np.where(live, ip, 1.0), 0.0)
-    a_o = np.where(live, ip / np.sqrt(y_sq * np.where(live, r2, 1.0)), 1.0)
-    a_o = np.minimum(a_o, 1.0)
-    error = np.sqrt(r2) * np.sqrt(1.0 - a_o**2) / a_o / math.sqrt(max(d - 1, 1))
-    fields = {
-        "delta_over_a": scale,
-        "error": error,
-        "component_sum": x_u.sum(axis=1, dtype=np.int64),
-        "r2": r2,
-    }
-    return x_u, fields

@@ -64,6 +64,8 @@ def exact_values(queries, vectors, candidates, mode: int, *, parallel: bool = Tr
         return out
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     vec = vectors.view(np.ndarray) if isinstance(vectors, np.memmap) else np.asarray(vectors)
+    if vec.dtype.kind != "f":
+        raise TypeError(f"vectors must be float16/32/64 for the exact rerank, got {vec.dtype}")
     if vec.dtype not in (np.float32, np.float64):  # float16: gather the rows as float32
         rows = np.asarray(vec[np.maximum(ids, 0).ravel()], dtype=np.float32)
         local = np.arange(ids.size, dtype=np.int64).reshape(ids.shape)

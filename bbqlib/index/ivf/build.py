@@ -284,3 +284,84 @@ def split_large_lists(index) -> None:
     keep = ~affected[np.asarray(index._postings.ids)]
     index._postings = merge_postings(index._postings, keep, new, C.shape[0])
     index._assign = assign
+
+
+def prepared_batches(index, source, show: bool, desc: str):
+    """Validated, similarity-prepared float32 blocks of ``source``."""
+    from ..._validation import check_vectors, prepare_for_similarity
+    from ...io.vectors import iter_vector_batches
+
+    dim = source.shape[1]
+    bar = progress_bar(show, source.shape[0], desc)
+    for block in iter_vector_batches(source, BUILD_BATCH):
+        block = check_vectors(block, "X", dim=dim)
+        yield prepare_for_similarity(block, index.similarity_, "X")
+        bar.update(block.shape[0])
+    bar.close()
+
+
+def build(index, source: np.ndarray, show: bool) -> None:
+    """First ``add``: fit the quantizer on a sample, store the vectors, cluster and encode.
+
+    Pass 1 validates and prepares (normalizes) the rows into the stored vectors; the working
+    copy in the quantizer's space (a temporary file next to an index with a ``path``) is what
+    is clustered and encoded.
+    """
+    from . import storage as ST
+
+    n, d = source.shape
+    q = index.quantizer
+    q.fit(fit_sample(source, index.seed))
+    batches = prepared_batches(index, source, show, "vectors")
+    work = None
+    if index.path is not None:
+        index.path.mkdir(parents=True, exist_ok=True)
+        if index.store_vectors:
+            seg = ST.write_segment(index.path, batches, d)
+            segments = [seg]
+            if q.transform_ is None:
+                W = seg.array
+            else:
+                W, work = work_file(index.path, seg.array, q.transform_rows, d)
+        else:
+            W, work = work_file(index.path, batches, q.transform_rows, d)
+            segments = []
+    else:
+        stored = np.empty((n, d), dtype=np.float32)
+        start = 0
+        for block in batches:
+            stored[start : start + block.shape[0]] = block
+            start += block.shape[0]
+        W = q.transform_rows(stored)
+        segments = [ST.Segment(stored)] if index.store_vectors else []
+    try:
+        index._ntotal = n
+        index._segments = segments
+        index._set_deleted(np.zeros(n, dtype=bool))
+        index._assign = cluster_and_encode(index, W, np.arange(n, dtype=np.int64), show)
+    finally:
+        if work is not None:
+            del W
+            work.unlink(missing_ok=True)
+
+
+def add_more(index, source: np.ndarray, show: bool) -> None:
+    """Later ``add``: new rows join the nearest lists; oversized lists are re-clustered."""
+    from . import storage as ST
+    from .postings import merge_postings
+
+    n0 = index._ntotal
+    blocks = list(prepared_batches(index, source, show, "vectors"))
+    prepared = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+    del blocks
+    n = prepared.shape[0]
+    W = index.quantizer.transform_rows(prepared)
+    new, assign = assign_new(index, W, np.arange(n0, n0 + n, dtype=np.int64))
+    keep = np.ones(len(index._postings), dtype=bool)
+    index._postings = merge_postings(index._postings, keep, new, index._C.shape[0])
+    index._assign = np.concatenate([np.asarray(index._assign), assign])
+    index._set_deleted(np.concatenate([index._deleted, np.zeros(n, dtype=bool)]))
+    if index.store_vectors:
+        index._segments.append(ST.Segment(prepared))
+    index._ntotal = n0 + n
+    split_large_lists(index)

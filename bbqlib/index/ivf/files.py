@@ -21,7 +21,7 @@ from . import plan as P
 from . import storage as ST
 from .postings import Postings
 
-__all__ = ["save", "load_into", "header_meta"]
+__all__ = ["save", "load_into", "header_meta", "verify"]
 
 
 def header_meta(index) -> dict:
@@ -90,7 +90,9 @@ def save(index, path: Path) -> None:
         planes = index.quantizer.encoding_.layout == "planes"
         stored = post.to_store(planes)
         crc = ST.list_crcs(stored, post.start)
-        lut_crc = ST.list_crcs(stored, post.start, blocks=True) if planes else None
+        lut_crc = None
+        if "lut_codes" in stored:
+            lut_crc = ST.list_crcs(stored, post.start, blocks=True)
         stored["assignments"] = np.asarray(index._assign)
     q_params, arrays = _header_arrays(index, crc, lut_crc)
     meta = header_meta(index)
@@ -179,3 +181,19 @@ def load_into(index, path: Path) -> None:
         np.unpackbits(h["deleted"], count=index._ntotal, bitorder="little").astype(bool)
     )
     index._segments = segments
+
+
+def verify(index) -> dict:
+    """Every checksum (disk-backed) or the structure (in memory) of ``index``; raise if bad."""
+    post = index._postings
+    if post.crc is not None and post.source is not None:
+        out = ST.verify_generation(Path(post.source).parent)
+        post.mark_verified()
+        return out
+    start = post.start
+    if start[0] != 0 or np.any(np.diff(start) < 0) or start[-1] != len(post):
+        raise CorruptFileError("IVF index in memory has inconsistent list offsets")
+    ids = np.asarray(post.ids)
+    if ids.size and (ids.min() < 0 or ids.max() >= index._ntotal):
+        raise CorruptFileError("IVF index in memory holds ids out of range")
+    return {"generation": None, "lists": int(start.size - 1), "vector_segments": 0}

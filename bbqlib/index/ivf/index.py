@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..._params import check_int
-from ..._validation import NotFittedError, check_k, check_vectors, prepare_for_similarity
+from ..._validation import NotFittedError, check_k, check_vectors
 from ...quantizers import BBQQuantizer, Quantizer
 from ...scoring import candidate_count, check_oversample, check_scores, dedup_topk, finish
 from ...similarity import Similarity
@@ -26,6 +26,7 @@ from . import build as B
 from . import files as F
 from . import plan as P
 from . import storage as ST
+from .filters import allowed_mask, allowed_per_list
 from .scan import rerank_segments, scan_lists
 
 __all__ = ["IVFIndex", "CLUSTER_SIZE_RANGE", "MAX_VECTORS"]
@@ -262,82 +263,13 @@ class IVFIndex:
             raise ValueError(f"an IVFIndex holds at most {MAX_VECTORS} vectors (int32 ids)")
         show = (n >= AUTO_PROGRESS_ROWS) if progress is None else bool(progress)
         if not self._fitted:
-            self._build(source, show)
+            B.build(self, source, show)
+            self._fitted = True
         else:
             check_vectors(source[:1], "X", dim=self.dim_)
-            self._add_more(source, show)
+            B.add_more(self, source, show)
         if self.path is not None:
             self.save(self.path)
-
-    def _prepared_batches(self, source, show: bool, desc: str):
-        """Validated, similarity-prepared float32 blocks of ``source``."""
-        from ...io.vectors import iter_vector_batches
-
-        dim = source.shape[1]
-        bar = B.progress_bar(show, source.shape[0], desc)
-        for block in iter_vector_batches(source, B.BUILD_BATCH):
-            block = check_vectors(block, "X", dim=dim)
-            yield prepare_for_similarity(block, self.similarity_, "X")
-            bar.update(block.shape[0])
-        bar.close()
-
-    def _build(self, source: np.ndarray, show: bool) -> None:
-        n, d = source.shape
-        self.quantizer.fit(B.fit_sample(source, self.seed))
-        q = self.quantizer
-        # Pass 1: validate + prepare (normalize) into the stored vectors; working copy in the
-        # quantizer's space for clustering and encoding.
-        batches = self._prepared_batches(source, show, "vectors")
-        work_file = None
-        if self.path is not None:
-            self.path.mkdir(parents=True, exist_ok=True)
-            if self.store_vectors:
-                seg = ST.write_segment(self.path, batches, d)
-                segments = [seg]
-                if q.transform_ is None:
-                    W = seg.array
-                else:
-                    W, work_file = B.work_file(self.path, seg.array, q.transform_rows, d)
-            else:
-                W, work_file = B.work_file(self.path, batches, q.transform_rows, d)
-                segments = []
-        else:
-            stored = np.empty((n, d), dtype=np.float32)
-            start = 0
-            for block in batches:
-                stored[start : start + block.shape[0]] = block
-                start += block.shape[0]
-            W = q.transform_rows(stored)
-            segments = [ST.Segment(stored)] if self.store_vectors else []
-        try:
-            self._ntotal = n
-            self._segments = segments
-            self._set_deleted(np.zeros(n, dtype=bool))
-            self._assign = B.cluster_and_encode(self, W, np.arange(n, dtype=np.int64), show)
-            self._fitted = True
-        finally:
-            if work_file is not None:
-                del W
-                work_file.unlink(missing_ok=True)
-
-    def _add_more(self, source: np.ndarray, show: bool) -> None:
-        from .postings import merge_postings
-
-        n0 = self._ntotal
-        blocks = list(self._prepared_batches(source, show, "vectors"))
-        prepared = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
-        del blocks
-        n = prepared.shape[0]
-        W = self.quantizer.transform_rows(prepared)
-        new, assign = B.assign_new(self, W, np.arange(n0, n0 + n, dtype=np.int64))
-        keep = np.ones(len(self._postings), dtype=bool)
-        self._postings = merge_postings(self._postings, keep, new, self._C.shape[0])
-        self._assign = np.concatenate([np.asarray(self._assign), assign])
-        self._set_deleted(np.concatenate([self._deleted, np.zeros(n, dtype=bool)]))
-        if self.store_vectors:
-            self._segments.append(ST.Segment(prepared))
-        self._ntotal = n0 + n
-        B.split_large_lists(self)
 
     def _set_centroids(self, C: np.ndarray) -> None:
         from ..clustering import parent_level
@@ -464,10 +396,10 @@ class IVFIndex:
         if allowed is not None:
             if filter is None:  # tombstones only: per-list live counts change on delete/add
                 if self._live_per_list is None:
-                    self._live_per_list = self._allowed_per_list(allowed)
+                    self._live_per_list = allowed_per_list(self._postings, allowed)
                 allowed_sizes = self._live_per_list
             else:
-                allowed_sizes = self._allowed_per_list(allowed)
+                allowed_sizes = allowed_per_list(self._postings, allowed)
         by_distance = sim is not Similarity.MAX_INNER_PRODUCT
         plan = P.plan_batch(Qt, self._table, sizes, sim.is_distance, by_distance, ratio, need,
                             heap, allowed_sizes)  # fmt: skip
@@ -491,35 +423,7 @@ class IVFIndex:
             if self._live_cache is None:
                 self._live_cache = (~self._deleted).view(np.uint8)
             live = self._live_cache
-        if filter is None:
-            return live
-        n = self._ntotal
-        f = np.asarray(filter)
-        if f.dtype == bool:
-            if f.shape != (n,):
-                raise ValueError(
-                    f"a boolean filter must have shape ({n},) (one flag per id), got {f.shape}"
-                )
-            mask = f.view(np.uint8)
-        else:
-            if not np.issubdtype(f.dtype, np.integer):
-                raise TypeError("filter must be a boolean mask or an array of integer ids")
-            f = f.reshape(-1)
-            if f.size and (f.min() < 0 or f.max() >= n):
-                raise ValueError(
-                    f"filter ids must be in [0, {n}), got range [{f.min()}, {f.max()}]"
-                )
-            mask = np.zeros(n, dtype=np.uint8)
-            mask[f] = 1
-        if live is not None:
-            mask = mask & live
-        return np.ascontiguousarray(mask, dtype=np.uint8)
-
-    def _allowed_per_list(self, allowed: np.ndarray) -> np.ndarray:
-        post = self._postings
-        entry_list = np.repeat(np.arange(post.n_lists, dtype=np.int32), post.sizes)
-        weights = allowed[np.asarray(post.ids)].astype(np.float64)
-        return np.bincount(entry_list, weights=weights, minlength=post.n_lists)
+        return allowed_mask(filter, self._ntotal, live)
 
     # ------------------------------------------------------------------ files
     def save(self, path=None) -> Path:
@@ -567,21 +471,8 @@ class IVFIndex:
         On disk: the header, every posting list's CRC32 and every vector file's CRC32.
         Returns a small summary.
         """
-        from ...io.container import CorruptFileError
-
         self._check_fitted()
-        post = self._postings
-        if post.crc is not None and post.source is not None:
-            out = ST.verify_generation(Path(post.source).parent)
-            post.mark_verified()
-            return out
-        start = post.start
-        if start[0] != 0 or np.any(np.diff(start) < 0) or start[-1] != len(post):
-            raise CorruptFileError("IVF index in memory has inconsistent list offsets")
-        ids = np.asarray(post.ids)
-        if ids.size and (ids.min() < 0 or ids.max() >= self._ntotal):
-            raise CorruptFileError("IVF index in memory holds ids out of range")
-        return {"generation": None, "lists": int(start.size - 1), "vector_segments": 0}
+        return F.verify(self)
 
     def __repr__(self) -> str:
         state = f"ntotal={self.ntotal}, lists={self.n_lists}" if self._fitted else "empty"
