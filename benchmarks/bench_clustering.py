@@ -36,6 +36,8 @@ import _common  # noqa: E402
 from _synthetic import make_clustered  # noqa: E402
 
 from bbqlib.index import clustering as cl  # noqa: E402
+from bbqlib.index.clustering.assign import _nearest  # noqa: E402
+from bbqlib.index.clustering.kmeans import _lloyd  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "clustering.md"
 TARGET = 384
@@ -78,7 +80,7 @@ def soar_numpy(X, C, primary, neigh, lam=1.0):
 
 def lloyd_bbqlib(Xs, C0, iters):
     C = C0.copy()
-    return cl._lloyd(Xs, C, None, iters), C
+    return _lloyd(Xs, C, None, iters), C
 
 
 def lloyd_sklearn(Xs, C0, iters):
@@ -185,7 +187,7 @@ def section_kernels(X, repeats) -> str:
 
     ref = np.empty(len(X), np.int32)
     with _common.threads(1):
-        cl._nearest(X, C, ref)
+        _nearest(X, C, ref)
         t = interleaved(
             {
                 "numba (differences)": lambda: cl.nearest_centroid(X, C),

@@ -33,16 +33,15 @@ from bbqlib._kernels.kmeans import (
 )
 from bbqlib.index.clustering import (
     ParentLevel,
-    _assign,
-    _groups,
-    _split_k,
-    _split_threshold,
     centroid_neighbourhoods,
     hierarchical_kmeans,
     nearest_centroid,
     parent_level,
     soar_assign,
 )
+from bbqlib.index.clustering._blocks import _groups
+from bbqlib.index.clustering.assign import _assign
+from bbqlib.index.clustering.kmeans import _split_k, _split_threshold
 
 DIMS = [1, 3, 7, 8, 9, 63, 64, 65, 127, 384]
 U32 = 2.0**-24
