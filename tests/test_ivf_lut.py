@@ -19,8 +19,9 @@ from bbqlib import CorruptFileError, IVFIndex
 from bbqlib._kernels import lut as L
 from bbqlib._kernels import scoring as KS
 from bbqlib.encoding import get_encoding, padded_dim
-from bbqlib.packing import lut_blocks, lut_list_blocks, pack_planes
+from bbqlib.index.ivf import plan as S
 from bbqlib.index.ivf.scan import uses_lut
+from bbqlib.packing import lut_blocks, lut_list_blocks, pack_planes
 from bbqlib.scoring import dedup_topk
 
 needs_avx2 = pytest.mark.skipif(

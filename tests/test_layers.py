@@ -21,9 +21,14 @@ FLOORS = [
     ("scoring", ("bbqlib.scoring",)),
     ("quantizers", ("bbqlib.quantizers",)),
     ("indexes", ("bbqlib.index",)),
-    ("applications", ("bbqlib.analysis", "bbqlib.adapters", "bbqlib.io.exchange", "bbqlib.distributed",
-                      "bbqlib.cli", "bbqlib._load", "bbqlib.__main__", "bbqlib.threads",
-                      "bbqlib.calibrate", "bbqlib.serving")),
+    (
+        "applications",
+        (
+            "bbqlib.analysis", "bbqlib.adapters", "bbqlib.io.exchange", "bbqlib.distributed",
+            "bbqlib.cli", "bbqlib._load", "bbqlib.__main__", "bbqlib.threads",
+            "bbqlib.calibrate", "bbqlib.serving",
+        ),
+    ),
 ]  # fmt: skip
 #: The kernels import nothing of bbqlib but the registry (and themselves).
 KERNEL_ALLOWED = ("bbqlib.encoding", "bbqlib._kernels")
