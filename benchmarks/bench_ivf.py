@@ -136,8 +136,12 @@ def main(argv=None) -> int:
             runs["bbqlib IVF int8 per_dim (no rerank)"] = dict(
                 build=secs,
                 settings=[
-                    (vp, lambda vp=vp, index=index: index.search(Q, 10, visit_percentage=vp,
-                                                                 rerank=False))  # fmt: skip
+                    (
+                        vp,
+                        lambda vp=vp, index=index: index.search(
+                            Q, 10, visit_percentage=vp, rerank=False
+                        ),
+                    )  # fmt: skip
                     for vp in [None, *VISIT]
                 ],
                 param="visit %",
