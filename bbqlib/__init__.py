@@ -6,6 +6,7 @@ on float vectors. See the README for a tour.
 """
 
 from ._load import load
+from ._repair import RepairReport, repair
 from ._validation import NotFittedError
 from ._version import __version__
 from .encoding import ENCODINGS, Encoding, encoding_from_wire, get_encoding
@@ -31,11 +32,13 @@ __all__ = [
     "NotFittedError",
     "Quantizer",
     "RaBitQQuantizer",
+    "RepairReport",
     "ScalarQuantizer",
     "Similarity",
     "UnsupportedFormatError",
     "encoding_from_wire",
     "get_encoding",
     "load",
+    "repair",
     "__version__",
 ]

@@ -640,11 +640,11 @@ def test_fault_exception_mid_save_keeps_last_good(built, data, tmp_path, monkeyp
     real = ST.write_container
     calls = []
 
-    def failing(path, kind, meta, arrays):
+    def failing(path, kind, meta, arrays, **kwargs):
         calls.append(kind)
         if kind == ST.HEADER_KIND:
             raise OSError("disk full (injected)")
-        return real(path, kind, meta, arrays)
+        return real(path, kind, meta, arrays, **kwargs)
 
     monkeypatch.setattr(ST, "write_container", failing)
     with pytest.raises(OSError, match="injected"):

@@ -25,7 +25,7 @@ FLOORS = [
         "applications",
         (
             "bbqlib.analysis", "bbqlib.adapters", "bbqlib.io.exchange", "bbqlib.distributed",
-            "bbqlib.cli", "bbqlib._load", "bbqlib.__main__", "bbqlib.threads",
+            "bbqlib.cli", "bbqlib._load", "bbqlib._repair", "bbqlib.__main__", "bbqlib.threads",
             "bbqlib.calibrate", "bbqlib.serving",
         ),
     ),

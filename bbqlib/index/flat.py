@@ -6,8 +6,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .._validation import check_k, check_vectors, prepare_for_similarity
-from ..io.container import check_format_version, read_container, write_container
+from .._validation import (
+    cap_k,
+    check_source,
+    check_vectors,
+    owned_rows,
+    prepare_for_similarity,
+)
+from ..io.atomic import clean_orphans
+from ..io.container import CorruptFileError, check_format_version, read_container, write_container
 from ..quantizers import BBQQuantizer, EncodedVectors, Quantizer, quantizer_from_state
 from ..scoring import (
     candidate_count,
@@ -18,6 +25,7 @@ from ..scoring import (
     finish,
     rerank_keys,
 )
+from ._locks import IndexGuard
 
 __all__ = ["FlatIndex"]
 
@@ -48,6 +56,11 @@ class FlatIndex:
     higher is better (Lucene's mappings: ``1 / (1 + d²)`` for euclidean, ``(1 + cos) / 2`` for
     cosine and dot_product, the max-inner-product mapping otherwise), int64 ids, padded with
     ``-inf`` / ``-1``. Ranking uses the raw estimate, ties broken by the lower id.
+
+    Thread safety (``docs/concurrency.md``): any number of threads may :meth:`search` (and
+    :meth:`save`) while one thread adds; a search sees the index before or after each
+    :meth:`add`, never a mix. Writes are serialized. The index keeps its own copy of every
+    batch it is given, so the caller may reuse its buffer.
 
     Examples
     --------
@@ -86,36 +99,61 @@ class FlatIndex:
         self._codes: list[EncodedVectors] = []
         self._vectors: list[np.ndarray] = []
         self._joined: tuple | None = None
+        self._guard = IndexGuard()
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_guard", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._guard = IndexGuard()
 
     # -- building ---------------------------------------------------------------------------
     def add(self, X) -> None:
         """Encode and append vectors; ids continue from :attr:`ntotal`.
 
-        The first call fits the quantizer if it is not fitted yet.
+        The first call fits the quantizer if it is not fitted yet. ``X`` is validated as
+        every ``add`` of bbqlib validates (:func:`bbqlib._validation.check_source`, then
+        the values) and copied: reusing the buffer afterwards does not change the index.
+        Thread-safe: searches running meanwhile see the index before or after this batch.
         """
-        q = self.quantizer
-        if not q.is_fitted:
-            q.fit(X)
-        X = check_vectors(X, "X", dim=q.dim_)
-        enc = q.encode(X)  # validates the similarity's rules before anything is stored
-        self._codes.append(enc)
-        if self.store_vectors:
-            self._vectors.append(prepare_for_similarity(X, q.similarity_, "X"))
-        self._joined = None
+        with self._guard.writing:
+            q = self.quantizer
+            source = check_source(X, "X", dim=q.dim_ if q.is_fitted else None)
+            if not q.is_fitted:
+                with self._guard.swapping():  # no search may see a half-fitted quantizer
+                    q.fit(source)
+            rows = check_vectors(source, "X", dim=q.dim_)
+            enc = q.encode(rows)  # validates the similarity's rules before anything is stored
+            vectors = None
+            if self.store_vectors:
+                vectors = owned_rows(prepare_for_similarity(rows, q.similarity_, "X"), X)
+            with self._guard.swapping(), self._guard.joining:
+                self._codes = [*self._codes, enc]
+                if vectors is not None:
+                    self._vectors = [*self._vectors, vectors]
+                self._joined = None
 
     def _parts(self) -> tuple[EncodedVectors | None, np.ndarray | None]:
-        if self._joined is None:
-            codes = EncodedVectors.concatenate(self._codes) if self._codes else None
-            if len(self._codes) > 1:
-                self._codes = [codes]
-            vectors = None
-            if self._vectors:
-                vectors = (
-                    self._vectors[0] if len(self._vectors) == 1 else np.concatenate(self._vectors)
-                )
-                self._vectors = [vectors]
-            self._joined = (codes, vectors)
-        return self._joined
+        joined = self._joined
+        if joined is not None:
+            return joined
+        with self._guard.joining:  # one concatenation, shared by the searches that need it
+            if self._joined is None:
+                codes = EncodedVectors.concatenate(self._codes) if self._codes else None
+                vectors = None
+                if self._vectors:
+                    vectors = (
+                        self._vectors[0]
+                        if len(self._vectors) == 1
+                        else np.concatenate(self._vectors)
+                    )
+                self._codes = [codes] if codes is not None else []
+                self._vectors = [vectors] if vectors is not None else []
+                self._joined = (codes, vectors)
+            return self._joined
 
     @property
     def ntotal(self) -> int:
@@ -162,14 +200,22 @@ class FlatIndex:
         scores : {"similarity", "raw"}
             ``"similarity"``: Lucene's mapping (higher is better); ``"raw"``: squared L2
             (ascending) or the inner product / cosine, as faiss returns them.
+
+        Returns ``(scores, ids)`` of ``min(k, ntotal)`` columns (``k`` is capped at the
+        index size before anything is allocated), padded with ``-inf`` / ``-1`` where a
+        filter leaves fewer vectors. Thread-safe, also during an :meth:`add`.
         """
+        with self._guard.reading():
+            return self._search(queries, k, oversample, rerank, filter, scores)
+
+    def _search(self, queries, k, oversample, rerank, filter, scores):
         q = self.quantizer
         q._check_fitted()
-        k = check_k(k)
         check_scores(scores)
         Q = q._validated(queries, "queries", allow_1d=True)
         codes, vectors = self._parts()
         n = 0 if codes is None else len(codes)
+        k = cap_k(k, n)
         allowed = self._allowed_mask(filter, n)
         sim = q.similarity_
         if rerank == "bound":
@@ -224,7 +270,15 @@ class FlatIndex:
 
     # -- files ------------------------------------------------------------------------------
     def save(self, path) -> Path:
-        """Write the index to one checksummed file, atomically (see :mod:`bbqlib.io.container`)."""
+        """Write the index to one checksummed file, atomically (see :mod:`bbqlib.io.container`).
+
+        Holds the path's advisory lock while writing (and removes temporary files that
+        killed writers of ``path`` left). Thread-safe: a concurrent :meth:`add` waits.
+        """
+        with self._guard.reading():
+            return self._save(path)
+
+    def _save(self, path) -> Path:
         q = self.quantizer
         q._check_fitted()
         codes, vectors = self._parts()
@@ -248,11 +302,28 @@ class FlatIndex:
 
     @classmethod
     def load(cls, path, *, mmap: bool = True, verify: bool = True) -> FlatIndex:
-        """Open a saved index; codes and vectors are memory-mapped unless ``mmap=False``."""
+        """Open a saved index; codes and vectors are memory-mapped unless ``mmap=False``.
+
+        Temporary files that killed writers of ``path`` left are removed first (unless a live
+        writer holds the path's lock). Every section's CRC32 is checked (``verify=False``
+        skips that); a malformed file raises :class:`~bbqlib.CorruptFileError`.
+        """
+        clean_orphans(path)
         kind, meta, arrays = read_container(path, mmap=mmap, verify=verify)
         if kind != _KIND:
             raise ValueError(f"{path} holds a {kind!r}, not a flat index; use bbqlib.load")
         check_format_version(path, "flat index", meta.get("format_version", 1), FORMAT_VERSION)
+        try:
+            return cls._from_file(meta, arrays)
+        except CorruptFileError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+            raise CorruptFileError(
+                f"{path} holds a malformed flat index ({type(err).__name__}: {err})"
+            ) from err
+
+    @classmethod
+    def _from_file(cls, meta: dict, arrays: dict) -> FlatIndex:
         q_arrays = {
             k.split(".", 1)[1]: np.asarray(v)
             for k, v in arrays.items()
@@ -260,18 +331,23 @@ class FlatIndex:
         }
         q = quantizer_from_state(meta["quantizer"], q_arrays)
         index = cls(q, store_vectors=meta["store_vectors"])
+        n = int(meta["ntotal"])
         if "codes" in arrays:
+            codes, corrections = arrays["codes"], arrays["corrections"]
+            if codes.shape != (n, q.encoding_.doc_bytes(q.dim_)) or corrections.shape[:1] != (n,):
+                raise ValueError(
+                    f"codes {codes.shape} / corrections {corrections.shape}, ntotal {n}"
+                )
             index._codes = [
                 EncodedVectors(
-                    arrays["codes"],
-                    arrays["corrections"],
-                    q.encoding_,
-                    q.dim_,
-                    q.centroid_dot_,
-                    q.fingerprint_,
+                    codes, corrections, q.encoding_, q.dim_, q.centroid_dot_, q.fingerprint_
                 )
             ]
+        elif n:
+            raise ValueError(f"no codes for ntotal {n}")
         if "vectors" in arrays:
+            if arrays["vectors"].shape != (n, q.dim_):
+                raise ValueError(f"vectors {arrays['vectors'].shape}, ntotal {n}, dim {q.dim_}")
             index._vectors = [arrays["vectors"]]
         return index
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..._version import __version__
 from ...encoding import LUT_LANES, encoding_from_wire
-from ...io.container import CorruptFileError
+from ...io.container import CorruptFileError, crc32_of
 from ...packing import lut_block_starts
 from ...quantizers import BBQQuantizer, quantizer_from_state
 from ...similarity import resolve_similarity
@@ -21,7 +21,7 @@ from . import plan as P
 from . import storage as ST
 from .postings import Postings
 
-__all__ = ["save", "load_into", "header_meta", "verify"]
+__all__ = ["save", "load_into", "header_meta", "verify", "check_before_rewrite"]
 
 
 def header_meta(index) -> dict:
@@ -97,7 +97,11 @@ def save(index, path: Path) -> None:
     q_params, arrays = _header_arrays(index, crc, lut_crc)
     meta = header_meta(index)
     meta["quantizer"] = q_params
-    ST.save_generation(path, meta, arrays, stored, index._segments)
+    # Saving over the directory this index was read from: it must not have moved on.
+    source = None if post.source is None else Path(post.source).parent
+    same = source is not None and path.exists() and source.resolve() == Path(path).resolve()
+    expect = getattr(index, "_generation", None) if same else None
+    ST.save_generation(path, meta, arrays, stored, index._segments, expect_generation=expect)
 
 
 def _quantizer_of(meta: dict, h: dict):
@@ -126,6 +130,7 @@ def _quantizer_of(meta: dict, h: dict):
 def load_into(index, path: Path) -> None:
     """Read the current generation of ``path`` into ``index`` (maps postings and vectors)."""
     meta, h, postings, segments = ST.open_generation(path)
+    section_crcs = postings.pop("_section_crcs", None)
     q = _quantizer_of(meta, h)
     if "list_wire" in h and np.any(np.asarray(h["list_wire"]) != q.encoding_.wire):
         raise CorruptFileError(
@@ -174,8 +179,9 @@ def load_into(index, path: Path) -> None:
     index._postings = Postings(
         codes, factors, ids, h["list_start"], crc=np.asarray(h["list_crc"]),
         lut_crc=None if lut is None else np.asarray(h["list_lut_crc"]),
-        source=path / meta["postings_file"], lut=lut,
+        source=path / meta["postings_file"], lut=lut, section_crcs=section_crcs,
     )  # fmt: skip
+    index._generation = int(meta["generation"])
     index._assign = postings["assignments"]
     index._set_deleted(
         np.unpackbits(h["deleted"], count=index._ntotal, bitorder="little").astype(bool)
@@ -187,7 +193,12 @@ def verify(index) -> dict:
     """Every checksum (disk-backed) or the structure (in memory) of ``index``; raise if bad."""
     post = index._postings
     if post.crc is not None and post.source is not None:
-        out = ST.verify_generation(Path(post.source).parent)
+        # What this index serves (its maps), even if another process saved since.
+        header = {"list_start": post.start, "list_crc": post.crc, "list_lut_crc": post.lut_crc}
+        postings = dict(post.arrays(), assignments=index._assign)
+        postings["_section_crcs"] = post.section_crcs or {}
+        meta = {"generation": index._generation, "postings_file": Path(post.source).name}
+        out = ST.verify_arrays(Path(post.source).parent, meta, header, postings, index._segments)
         post.mark_verified()
         return out
     start = post.start
@@ -197,3 +208,22 @@ def verify(index) -> dict:
     if ids.size and (ids.min() < 0 or ids.max() >= index._ntotal):
         raise CorruptFileError("IVF index in memory holds ids out of range")
     return {"generation": None, "lists": int(start.size - 1), "vector_segments": 0}
+
+
+def check_before_rewrite(index) -> None:
+    """Check the CRC32 of everything a rewrite reads from the files (every posting list's
+    row codes, factors and ids, and the assignments), so that damage a search never reads
+    cannot be laundered into a new generation with fresh checksums. Lists are checked once
+    per map (the first add after an open pays for a read of the posting file)."""
+    post = index._postings
+    if post.crc is None:
+        return
+    post.check(np.arange(post.n_lists), blocks=False)
+    crcs = post.section_crcs or {}
+    if "assignments" in crcs and not post._assign_checked:
+        if crc32_of(index._assign) != crcs["assignments"]:
+            raise CorruptFileError(
+                f"posting file {post.source} is corrupted (checksum mismatch in section "
+                "'assignments'); rebuild the index or restore the file"
+            )
+        post._assign_checked = True

@@ -26,7 +26,8 @@ class Postings:
     """The posting arrays of an IVF index (in RAM or memory-mapped from a posting file).
 
     ``crc`` / ``lut_crc``: per-list CRC32 of the stored file (None in RAM); ``source``: the
-    file they map; ``lut``: ``(blocks, block_starts)`` once made or mapped.
+    file they map; ``lut``: ``(blocks, block_starts)`` once made or mapped;
+    ``section_crcs``: the posting file's section CRC32s (``assignments`` is checked by them).
     """
 
     codes: np.ndarray
@@ -37,6 +38,7 @@ class Postings:
     lut_crc: np.ndarray | None = None
     source: Path | None = None
     lut: tuple[np.ndarray, np.ndarray] | None = None
+    section_crcs: dict | None = None
     _verified: np.ndarray = field(init=False, repr=False)
     _verified_blocks: np.ndarray = field(init=False, repr=False)
 
@@ -45,6 +47,7 @@ class Postings:
         k = self.n_lists
         self._verified = np.full(k, self.crc is None, dtype=bool)
         self._verified_blocks = np.full(k, self.lut_crc is None, dtype=bool)
+        self._assign_checked = False
 
     @property
     def n_lists(self) -> int:
@@ -105,6 +108,7 @@ class Postings:
     def mark_verified(self) -> None:
         self._verified[:] = True
         self._verified_blocks[:] = True
+        self._assign_checked = True
 
 
 def merge_postings(old: Postings, keep: np.ndarray, new: Postings, n_lists: int) -> Postings:
