@@ -70,7 +70,7 @@ def is_temp_name(name: str, target_name: str | None = None) -> bool:
     m = _TEMP_RE.match(name)
     if m is not None:
         return target_name is None or m.group("target") == target_name
-    return target_name is None and _LEGACY_WORK_RE.match(name) is not None
+    return target_name in (None, "work.f32") and _LEGACY_WORK_RE.match(name) is not None
 
 
 def file_lock_path(path: Path) -> Path:

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..._version import __version__
 from ...encoding import LUT_LANES, encoding_from_wire
-from ...io.container import CorruptFileError, crc32_of
+from ...io.container import CorruptFileError
 from ...packing import lut_block_starts
 from ...quantizers import BBQQuantizer, quantizer_from_state
 from ...similarity import resolve_similarity
@@ -98,9 +98,9 @@ def save(index, path: Path) -> None:
     meta = header_meta(index)
     meta["quantizer"] = q_params
     # Saving over the directory this index was read from: it must not have moved on.
-    source = None if post.source is None else Path(post.source).parent
-    same = source is not None and path.exists() and source.resolve() == Path(path).resolve()
-    expect = getattr(index, "_generation", None) if same else None
+    read_from = getattr(index, "_generation", None)  # (directory, generation) or None
+    same = read_from is not None and read_from[0] == str(Path(path).resolve())
+    expect = read_from[1] if same else None
     ST.save_generation(path, meta, arrays, stored, index._segments, expect_generation=expect)
 
 
@@ -181,7 +181,7 @@ def load_into(index, path: Path) -> None:
         lut_crc=None if lut is None else np.asarray(h["list_lut_crc"]),
         source=path / meta["postings_file"], lut=lut, section_crcs=section_crcs,
     )  # fmt: skip
-    index._generation = int(meta["generation"])
+    index._generation = (str(Path(path).resolve()), int(meta["generation"]))
     index._assign = postings["assignments"]
     index._set_deleted(
         np.unpackbits(h["deleted"], count=index._ntotal, bitorder="little").astype(bool)
@@ -197,7 +197,7 @@ def verify(index) -> dict:
         header = {"list_start": post.start, "list_crc": post.crc, "list_lut_crc": post.lut_crc}
         postings = dict(post.arrays(), assignments=index._assign)
         postings["_section_crcs"] = post.section_crcs or {}
-        meta = {"generation": index._generation, "postings_file": Path(post.source).name}
+        meta = {"generation": index._generation[1], "postings_file": Path(post.source).name}
         out = ST.verify_arrays(Path(post.source).parent, meta, header, postings, index._segments)
         post.mark_verified()
         return out
@@ -219,11 +219,4 @@ def check_before_rewrite(index) -> None:
     if post.crc is None:
         return
     post.check(np.arange(post.n_lists), blocks=False)
-    crcs = post.section_crcs or {}
-    if "assignments" in crcs and not post._assign_checked:
-        if crc32_of(index._assign) != crcs["assignments"]:
-            raise CorruptFileError(
-                f"posting file {post.source} is corrupted (checksum mismatch in section "
-                "'assignments'); rebuild the index or restore the file"
-            )
-        post._assign_checked = True
+    post.check_section("assignments", index._assign)

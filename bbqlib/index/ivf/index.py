@@ -167,7 +167,7 @@ class IVFIndex(GuardedWrites):
         self.soar = bool(soar)
         self.store_vectors = bool(store_vectors)
         self._fitted = False
-        self._generation = None  # of the directory this index was read from
+        self._generation = None  # (directory, generation) this index was read from
         self.last_search_stats: dict = {}
         self._guard = IndexGuard()
 

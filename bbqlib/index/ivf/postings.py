@@ -47,7 +47,7 @@ class Postings:
         k = self.n_lists
         self._verified = np.full(k, self.crc is None, dtype=bool)
         self._verified_blocks = np.full(k, self.lut_crc is None, dtype=bool)
-        self._assign_checked = False
+        self._checked_sections: set[str] = set()
 
     @property
     def n_lists(self) -> int:
@@ -105,10 +105,24 @@ class Postings:
             )
         verified[todo] = True
 
+    def check_section(self, name: str, arr: np.ndarray | None = None) -> None:
+        """The posting file's CRC32 of a whole section (``ids``, ``assignments``), checked
+        once, before a reader uses all of it (files only; ``arr``: the section's array)."""
+        crcs = self.section_crcs or {}
+        if name not in crcs or name in self._checked_sections:
+            return
+        arr = getattr(self, name) if arr is None else arr
+        if ST.crc32_of(arr) != crcs[name]:
+            raise CorruptFileError(
+                f"posting file {self.source} is corrupted (checksum mismatch in section "
+                f"{name!r}); rebuild the index or restore the file"
+            )
+        self._checked_sections.add(name)
+
     def mark_verified(self) -> None:
         self._verified[:] = True
         self._verified_blocks[:] = True
-        self._assign_checked = True
+        self._checked_sections.update(self.section_crcs or ())
 
 
 def merge_postings(old: Postings, keep: np.ndarray, new: Postings, n_lists: int) -> Postings:
