@@ -109,6 +109,8 @@ def mutate(data: bytes, rng: np.random.Generator) -> bytes:
 
 
 def _same(a, b) -> bool:
+    if isinstance(a, str) or isinstance(b, str):
+        return a == b
     if isinstance(a, tuple):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     a, b = np.asarray(a), np.asarray(b)
@@ -148,8 +150,9 @@ class FlatTarget:
         index = bbqlib.load(self.path)
         return index.search(self.Q, 5), index.search(self.Q, 5, rerank=False)
 
-    def apply(self, rng) -> None:
+    def apply(self, rng) -> str:
         self.path.write_bytes(mutate(self.original, rng))
+        return "flat file"
 
     def reset(self) -> None:
         self.path.write_bytes(self.original)
@@ -181,9 +184,10 @@ class IVFTarget:
         index.verify()
         return before, after
 
-    def apply(self, rng) -> None:
+    def apply(self, rng) -> str:
         name = self.names[int(rng.integers(0, len(self.names)))]
         (self.dir / name).write_bytes(mutate(self.files[name], rng))
+        return name.split(".")[0]  # MANIFEST, header, postings, vectors
 
     def reset(self) -> None:
         restore_files(self.dir, self.files)
@@ -217,30 +221,59 @@ class VectorFileTarget:
     def run(self):
         return self._read(self.current)
 
-    def apply(self, rng) -> None:
+    def apply(self, rng) -> str:
         self.current = self.paths[int(rng.integers(0, len(self.paths)))]
         self.current.write_bytes(mutate(self.originals[self.current], rng))
+        return self.current.suffix
 
     def reset(self) -> None:
         for p, data in self.originals.items():
             p.write_bytes(data)
 
 
-TARGETS = {"flat": FlatTarget, "ivf": IVFTarget, "vectors": VectorFileTarget}
+class HDF5Target:
+    """An ann-benchmarks HDF5 file (no checksums: changed values are data; never crash)."""
+
+    name = "ann-benchmarks HDF5"
+
+    def __init__(self, workdir: Path, seed: int = 0):
+        from bbqlib.io import write_ann_benchmarks
+
+        X = unit_rows(64, 12, seed)
+        nn, dist = np.zeros((4, 3), np.int32), np.zeros((4, 3))
+        self.path = write_ann_benchmarks(workdir / "data.hdf5", X, X[:4], nn, dist, "angular")
+        self.original = self.path.read_bytes()
+        self.clean = self.run()
+
+    def run(self):
+        from bbqlib.io import read_ann_benchmarks, read_ann_benchmarks_metric
+
+        return (*read_ann_benchmarks(self.path), read_ann_benchmarks_metric(self.path))
+
+    def apply(self, rng) -> str:
+        self.path.write_bytes(mutate(self.original, rng))
+        return "hdf5"
+
+    def reset(self) -> None:
+        self.path.write_bytes(self.original)
+
+
+TARGETS = {"flat": FlatTarget, "ivf": IVFTarget, "vectors": VectorFileTarget, "hdf5": HDF5Target}
 
 
 def fuzz(target, n: int, seed: int, start: int = 0, report=None) -> Counter:
     """Mutations ``start .. n - 1`` of ``target`` (mutation ``i`` seeded by ``(seed, i)``, so
-    any one replays alone); counts of each outcome. ``report(i, outcome)`` is called after
-    each (the benchmark's subprocess workers stream them, to count hard crashes)."""
+    any one replays alone); counts of each outcome. ``report(i, label, outcome)`` is called
+    after each, ``label`` naming what was mutated (the benchmark's subprocess workers stream
+    them, to count hard crashes)."""
     counts = Counter()
     for i in range(start, n):
-        target.apply(np.random.default_rng([seed, i]))
+        label = target.apply(np.random.default_rng([seed, i]))
         outcome = judge(target.run, target.clean)
         target.reset()
         counts[outcome] += 1
         if report is not None:
-            report(i, outcome)
+            report(i, label, outcome)
     return counts
 
 
@@ -300,12 +333,14 @@ def prepare_kill_target(kind: str, workdir: Path) -> Path:
 
 
 def start_child(kind: str, where: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
+    tree = Path(bbqlib.__file__).resolve().parents[1]  # the bbqlib under test, not cwd's
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(ROOT / "tests")]))
     proc = subprocess.Popen(
         [sys.executable, "-c", _CHILD, kind, str(where)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=env,
+        cwd=where.parent,
     )
     assert proc.stdout.readline().strip() == b"ready"
     return proc
@@ -350,12 +385,25 @@ def check_after_kill(kind: str, where: Path) -> tuple[bool, set[str]]:
     return corrupt, listing - expected_files(kind, where)
 
 
-def kill_trial(kind: str, workdir: Path, seconds: float) -> tuple[bool, set[str]]:
-    """Kill a child saving ``kind`` after ``seconds``; ``(corrupt, leaked files)`` after
-    the next open (vector files: the next write of the same path, which cleans up)."""
-    where = prepare_kill_target(kind, workdir)
+def leftovers(kind: str, where: Path) -> set[str]:
+    """Files beside (flat, vectors) or in (IVF) the target that no healthy target holds."""
+    if kind in ("flat", "vectors"):
+        names = {n for n in os.listdir(where.parent) if n.startswith(f".{where.name}.")}
+        return names
+    try:
+        return set(os.listdir(where)) - expected_files(kind, where)
+    except (OSError, ValueError):
+        return set(os.listdir(where))
+
+
+def kill_trial(kind: str, workdir: Path, seconds: float, where: Path | None = None):
+    """Kill a child saving ``kind`` after ``seconds``; ``(corrupt, leaked files)`` after the
+    next open (vector files: the next write of the same path, which cleans up), and the
+    files the kill left before that open (``kill_trial.left``)."""
+    where = where if where is not None else prepare_kill_target(kind, workdir)
     proc = start_child(kind, where)
     kill_after(proc, seconds)
+    kill_trial.left = leftovers(kind, where)
     if kind != "vectors":
         return check_after_kill(kind, where)
     corrupt, _ = check_after_kill(kind, where)

@@ -24,7 +24,7 @@ from bbqlib.io.container import read_container, write_container
 
 def _orphans(directory, target):
     """Leftovers a killed writer of ``target`` leaves: a temp file of today's naming, one of
-    bbqlib 0.2's (mkstemp), and its lock file."""
+    earlier bbqlib's (mkstemp), and its lock file."""
     names = [f".{target}.0123456789abcdef.tmp", f".{target}.k2j4_x9q.tmp", f".{target}.lock"]
     for name in names:
         (directory / name).write_bytes(b"x" * 100)
@@ -246,7 +246,7 @@ def test_copying_a_damaged_index_elsewhere_fails(tmp_path):
 
 
 def test_old_segments_without_block_checksums_still_open(tmp_path):
-    """A directory of bbqlib 0.2 (format 3 without block CRCs) opens and serves, and the
+    """A directory written before block CRCs (format 3 without them) opens and serves; the
     whole-file CRC still guards it in verify()."""
     where = tmp_path / "ivf"
     index = small_ivf(where)

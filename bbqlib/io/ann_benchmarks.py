@@ -69,7 +69,7 @@ def _open(path: PathLike) -> Any:
 
 
 #: What h5py raises on damaged files (its errors map HDF5's C error stack onto these).
-_H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, IndexError)
+_H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, IndexError, AttributeError)
 
 
 def read_ann_benchmarks(path: PathLike, *, mmap: bool = False) -> AnnBenchmarksDataset:
@@ -115,6 +115,10 @@ def read_ann_benchmarks(path: PathLike, *, mmap: bool = False) -> AnnBenchmarksD
                     f"{str(path)!r} is not an ann-benchmarks file: datasets {missing} are "
                     f"missing (it has {sorted(f.keys())})"
                 )
+            h5py = _h5py()
+            odd = [name for name in _DATASETS if not isinstance(f[name], h5py.Dataset)]
+            if odd:
+                raise CorruptFileError(f"{str(path)!r}: {odd} are not datasets")
             arrays = [_load(f[name], path, mmap) for name in _DATASETS]
     except CorruptFileError:
         raise

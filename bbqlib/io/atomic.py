@@ -51,9 +51,9 @@ __all__ = [
 
 #: Lock file inside a directory-shaped index (IVF).
 DIR_LOCK_NAME = ".bbqlib.lock"
-#: ``.<target>.<token>.tmp``; tokens of bbqlib < 0.3 came from ``tempfile.mkstemp`` (8 chars).
+#: ``.<target>.<token>.tmp``; earlier bbqlib took tokens from ``tempfile.mkstemp`` (8 chars).
 _TEMP_RE = re.compile(r"^\.(?P<target>.+)\.(?:[0-9a-f]{16}|[a-z0-9_]{8})\.tmp$")
-#: Working copies of IVF builds of bbqlib < 0.3 (``.work.<12 hex>.f32``).
+#: Working copies of IVF builds of earlier bbqlib (``.work.<12 hex>.f32``).
 _LEGACY_WORK_RE = re.compile(r"^\.work\.[0-9a-f]{12}\.f32$")
 
 _held: dict[str, list] = {}  # lock file -> [thread id, depth, fd]

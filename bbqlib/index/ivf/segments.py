@@ -1,9 +1,10 @@
 """Float vector segments of an IVF directory: ``vectors.<token>.npy`` files.
 
 Immutable float32 ``.npy`` files (rows of the index in id order, as given, normalized for
-cosine), memory-mapped for the exact rerank. The header records each segment's CRC32 and,
-since bbqlib 0.3, a CRC32 per block of :data:`~bbqlib.io.blocks.BLOCK_ROWS` rows, checked
-the first time a block is read (:meth:`Segment.check_rows`).
+cosine), memory-mapped for the exact rerank. The header records each segment's CRC32 and
+(in files written since block checksums exist) a CRC32 per block of
+:data:`~bbqlib.io.blocks.BLOCK_ROWS` rows, checked the first time a block is read
+(:meth:`Segment.check_rows`).
 """
 
 from __future__ import annotations

@@ -228,7 +228,7 @@ def save_generation(
 
 def _segment_entry(s: Segment) -> dict:
     entry = {"file": s.file.name, "rows": len(s), "crc32": int(s.crc32)}
-    if s.blocks is not None:  # absent in files of bbqlib < 0.3 (their segments are kept)
+    if s.blocks is not None:  # absent in older files (their segments are kept so)
         entry.update(s.blocks.to_meta())
     return entry
 
