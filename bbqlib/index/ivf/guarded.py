@@ -9,6 +9,7 @@ Writes are serialized by the index's guard and, for a directory, by its advisory
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 from .._locks import IndexGuard
 from . import storage as ST
@@ -37,6 +38,7 @@ class GuardedWrites:
             if path is None:
                 yield
             else:
+                Path(path).mkdir(parents=True, exist_ok=True)  # the lock file lives inside
                 with ST.directory_lock(path):
                     yield
 
