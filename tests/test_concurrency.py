@@ -250,3 +250,26 @@ def test_stress_seconds_are_bounded():
     t0 = time.perf_counter()
     Stress(seconds=0.2).run(lambda: time.sleep(0.01), lambda rng: time.sleep(0.01))
     assert time.perf_counter() - t0 < 30
+
+
+@pytest.mark.parametrize("engine", ["faiss", "hnswlib", "usearch"])
+def test_adapters_keep_their_own_copy(engine):
+    pytest.importorskip(engine)
+    X = unit_rows(900, 16, 9) * 2.0
+    if engine == "usearch":
+        from bbqlib.adapters.usearch import USearchIndex
+
+        index = USearchIndex(bits=1, similarity="euclidean")
+    elif engine == "faiss":
+        from bbqlib.adapters.faiss import FaissIVFIndex
+
+        index = FaissIVFIndex(nlist=8, nprobe=8, bits=1, similarity="euclidean")
+    else:
+        from bbqlib.adapters.hnswlib import HnswlibIVFIndex
+
+        index = HnswlibIVFIndex(cluster_size=64, nprobe=8, bits=1, similarity="euclidean")
+    for b in _batches_through_one_buffer(X, 300):
+        index.add(b)
+    b[:] = 0.0
+    kept = index._vectors if engine != "usearch" else np.concatenate(index._vectors)
+    np.testing.assert_array_equal(kept, X)

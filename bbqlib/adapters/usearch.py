@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import check_k, check_vectors, prepare_for_similarity
+from .._validation import check_k, check_vectors, owned_rows, prepare_for_similarity
 from ..quantizers import BBQQuantizer, Quantizer
 from ..scoring import (
     candidate_count,
@@ -171,7 +171,7 @@ class USearchIndex:
         q = self.quantizer
         if not q.is_fitted:
             q.fit(X)
-        X = check_vectors(X, "X", dim=q.dim_)
+        X = owned_rows(check_vectors(X, "X", dim=q.dim_), X)  # never the caller's buffer
         if self._attached is not None:
             raise ValueError(
                 "attach_vectors() fixed the float vectors; attach after the last add()"

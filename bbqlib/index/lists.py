@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._params import check_int
-from .._validation import check_k, check_vectors, prepare_for_similarity
+from .._validation import check_k, check_vectors, owned_rows, prepare_for_similarity
 from ..quantizers import BBQQuantizer, EncodedVectors, Quantizer
 from ..scoring import (
     EMPTY_ID,
@@ -91,7 +91,7 @@ class ListsIndex:
         q = self.quantizer
         if not q.is_fitted:
             q.fit(X)
-        return check_vectors(X, "X", dim=q.dim_)
+        return owned_rows(check_vectors(X, "X", dim=q.dim_), X)  # never the caller's buffer
 
     def _store(self, X: np.ndarray, assign: np.ndarray, nlist: int) -> None:
         """Append encoded ``X`` with list ``assign`` of each row; regroup rows by list."""
