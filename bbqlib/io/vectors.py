@@ -131,8 +131,10 @@ def _suffix(path: Path) -> str:
 def _read_npy(path: Path, mmap: bool) -> np.ndarray:
     try:
         X = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except (ValueError, EOFError, OSError, OverflowError, SyntaxError, TypeError) as exc:
-        # truncated data or a corrupt header (np.load's errors vary with the damage)
+    except (FileNotFoundError, PermissionError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - np.load fails in many ways on a damaged header
+        # (ValueError, EOFError, SyntaxError, tokenize.TokenError, OverflowError, ...)
         raise CorruptFileError(f"{str(path)!r} is not a readable .npy file: {exc}") from exc
     if X.ndim != 2:
         raise CorruptFileError(
