@@ -74,7 +74,7 @@ def test_usearch_index_recall_and_rerank(sim, bits):
     truth = _truth(X, Q, sim, 10)
     index = USearchIndex(bits=bits, similarity=sim, expansion_search=64)
     index.add(X)
-    scores, ids = index.search(Q, k=10, oversample=4)
+    scores, ids = index.search(Q, k=10, oversample=4, scores="similarity")
     assert scores.shape == ids.shape == (20, 10) and scores.dtype == np.float32
     assert ids.dtype == np.int64 and (np.diff(scores, axis=1) <= 0).all()
     assert _recall(ids, truth) >= 0.9
@@ -100,7 +100,7 @@ def test_usearch_index_recall_and_rerank(sim, bits):
     exact = np.take_along_axis(exact_raw(q.similarity_, Qp, Xp), ids, axis=1)
     np.testing.assert_allclose(scores, scores_from_raw(q.similarity_, exact), rtol=1e-5)
     # rerank=False: scores are the asymmetric estimates of the returned ids
-    s2, i2 = index.search(Q, k=10, rerank=False)
+    s2, i2 = index.search(Q, k=10, rerank=False, scores="similarity")
     est = np.take_along_axis(q.estimate(Q, q.encode(X)), i2, axis=1)
     np.testing.assert_allclose(s2, scores_from_raw(q.similarity_, est), rtol=1e-6)
 
@@ -130,7 +130,7 @@ def test_usearch_index_batches_attach_and_padding(tmp_path):
     flat.add(X)
     np.testing.assert_array_equal(i1, flat.search(Q, k=5)[1])
     # estimates across blocks equal the quantizer's
-    s3, i3 = parts.search(Q[:2], k=7, rerank=False)
+    s3, i3 = parts.search(Q[:2], k=7, rerank=False, scores="similarity")
     q = parts.quantizer
     est = np.take_along_axis(q.estimate(Q[:2], q.encode(X)), i3, axis=1)
     from bbqlib.similarity import scores_from_raw
@@ -141,7 +141,7 @@ def test_usearch_index_batches_attach_and_padding(tmp_path):
     small.add(X[:4])
     s, i = small.search(Q[0], k=6)
     assert i.shape == (1, 6) and sorted(i[0, :4].tolist()) == [0, 1, 2, 3]
-    assert (i[0, 4:] == -1).all() and np.isneginf(s[0, 4:]).all()
+    assert (i[0, 4:] == -1).all() and np.isposinf(s[0, 4:]).all()  # raw squared L2
 
 
 def test_usearch_index_memory_and_parameters():
@@ -227,7 +227,7 @@ def test_faiss_ivf_existing_coarse_and_batches():
         parts.add(chunk)
     assert one.nlist == parts.nlist == 10
     np.testing.assert_array_equal(one.search(Q, 5)[1], parts.search(Q, 5)[1])
-    np.testing.assert_array_equal(one._row_ids, parts._row_ids)
+    np.testing.assert_array_equal(one._rows, parts._rows)
     with pytest.raises(TypeError, match="faiss Index"):
         FaissIVFIndex(coarse=np.zeros((3, 24)))
     with pytest.raises(ValueError, match="centroids"):
