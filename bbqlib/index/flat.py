@@ -189,7 +189,8 @@ class FlatIndex:
 
     @property
     def codes(self) -> EncodedVectors | None:
-        """All encoded vectors (None before the first add)."""
+        """All encoded vectors, in insertion order, deleted ones included (None before the
+        first add)."""
         return self._parts()[0]
 
     @property

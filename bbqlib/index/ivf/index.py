@@ -235,7 +235,7 @@ class IVFIndex:
 
     @property
     def bytes_per_entry(self) -> int:
-        """Bytes of one posting entry: packed code + 16 bytes of factors + a 4-byte id."""
+        """Bytes of one posting entry: packed code + 16 bytes of factors + a 4-byte row."""
         self._check_fitted()
         return self.encoding_.doc_bytes(self.dim_) + 16 + 4
 
