@@ -14,6 +14,7 @@ from .._validation import (
 from ..encoding import Encoding, get_encoding
 from ..packing import pack_planes, plane_words
 from ..similarity import resolve_similarity
+from . import lucene_osq
 from .base import Quantizer
 from .encoded import EncodedVectors
 from .osq import DEFAULT_ITERS, DEFAULT_LAMBDA, quantize_rows
@@ -46,12 +47,18 @@ class BBQQuantizer(Quantizer):
         Seed of the preconditioner.
     iters, lam : int, float
         Optimizer steps and anisotropic weight (5 and 0.1, as Lucene).
+    arithmetic : {"float64", "lucene"}
+        ``"float64"`` (default): bbqlib's own arithmetic (float64 sums, the plain mean as
+        centroid). ``"lucene"``: Lucene 10.5's, bit for bit - its centroid and cosine
+        normalization, codes, corrections and float32 scores (1x4, 2x4, 4x4 and 7x7 only,
+        no preconditioning; see :mod:`bbqlib.quantizers.lucene_osq` and ``docs/lucene.md``).
 
     Attributes
     ----------
     centroid_ : float32 [d]
         Plain mean of the fitted vectors (normalized first for cosine, not re-normalized), in
-        the preconditioned space when a transform is set.
+        the preconditioned space when a transform is set; with ``arithmetic="lucene"`` the
+        centroid Lucene's writer computes.
     encoding_ : Encoding
         Row of the encoding table in use.
 
@@ -75,7 +82,16 @@ class BBQQuantizer(Quantizer):
     (2, 1000)
     """
 
-    _param_names = ("bits", "query_bits", "similarity", "precondition", "seed", "iters", "lam")
+    _param_names = (
+        "bits",
+        "query_bits",
+        "similarity",
+        "precondition",
+        "seed",
+        "iters",
+        "lam",
+        "arithmetic",
+    )
 
     def __init__(
         self,
@@ -87,6 +103,7 @@ class BBQQuantizer(Quantizer):
         seed: int | None = None,
         iters: int = DEFAULT_ITERS,
         lam: float = DEFAULT_LAMBDA,
+        arithmetic: str = "float64",
     ):
         self.bits = bits
         self.query_bits = query_bits
@@ -95,10 +112,13 @@ class BBQQuantizer(Quantizer):
         self.seed = seed
         self.iters = iters
         self.lam = lam
+        self.arithmetic = arithmetic
 
     # -- fitting ----------------------------------------------------------------------------
     def fit(self, X) -> BBQQuantizer:
         """Validate the parameters, fix the centroid (the plain mean) and the transform."""
+        if lucene_osq.is_lucene(self):
+            return lucene_osq.fit(self, X)
         encoding = get_encoding(self.bits, self.query_bits)
         similarity = resolve_similarity(self.similarity)
         if isinstance(self.iters, bool) or not isinstance(self.iters, int) or self.iters < 0:
@@ -120,12 +140,17 @@ class BBQQuantizer(Quantizer):
         return self
 
     def _set_fitted(self, encoding: Encoding, similarity, dim, centroid, transform) -> None:
+        lucene = lucene_osq.is_lucene(self)
+        if lucene:
+            lucene_osq.check_params(self)
         self.encoding_ = encoding
         self.similarity_ = similarity
         self.dim_ = int(dim)
         self.centroid_ = np.asarray(centroid, dtype=np.float32)
         self.centroid_.flags.writeable = False
         self.centroid_dot_ = float(np.dot(self.centroid_.astype(np.float64), self.centroid_))
+        if lucene:
+            self.centroid_dot_ = lucene_osq.centroid_dot(self.centroid_)
         self.transform_ = transform
         self.fingerprint_ = self._fingerprint(
             encoding.doc_bits,
@@ -134,6 +159,7 @@ class BBQQuantizer(Quantizer):
             float(self.lam),
             self.centroid_,
             None if transform is None else transform.fingerprint(),
+            *(("lucene",) if lucene else ()),
         )
 
     # -- encoding ---------------------------------------------------------------------------
@@ -148,6 +174,8 @@ class BBQQuantizer(Quantizer):
         float32 at a time, so the temporaries stay small whatever the batch size.
         """
         self._check_fitted()
+        if lucene_osq.is_lucene(self):
+            return lucene_osq.encode(self, X)
         X = check_vectors(X, "X", dim=self.dim_)
         sq = check_similarity_rules(X, self.similarity_, "X")
         enc = self.encoding_
@@ -200,6 +228,8 @@ class BBQQuantizer(Quantizer):
         )
 
     def _query_codes(self, Q: np.ndarray) -> scoring.QueryCodes:
+        if lucene_osq.is_lucene(self):
+            return lucene_osq.query_codes(self, Q)
         Q = self._rotated(Q)
         enc = self.encoding_
         factors = np.empty((len(Q), 4), dtype=np.float64)
@@ -232,6 +262,31 @@ class BBQQuantizer(Quantizer):
             return np.einsum("ij,ij->i", y, y, dtype=np.float64)
         return Q.astype(np.float64) @ self.centroid_.astype(np.float64)
 
+    # -- arithmetic="lucene": Lucene's float32 scorer (bbqlib.quantizers.lucene_osq) -----------
+    def _validated(self, X, name: str, *, allow_1d: bool = False) -> np.ndarray:
+        if lucene_osq.is_lucene(self):  # cosine: VectorUtil.l2normalize, as Lucene's scorer
+            return lucene_osq.validated(self, X, name, allow_1d=allow_1d)
+        return super()._validated(X, name, allow_1d=allow_1d)
+
+    def estimate(self, Q, enc: EncodedVectors, *, return_bounds: bool = False, eps0=None):
+        if lucene_osq.is_lucene(self) and not return_bounds:
+            return lucene_osq.estimate(self, Q, enc)
+        return super().estimate(Q, enc, return_bounds=return_bounds, eps0=eps0)
+
+    def similarity_scores(self, Q, enc: EncodedVectors) -> np.ndarray:
+        if lucene_osq.is_lucene(self):
+            return lucene_osq.similarity_scores(self, Q, enc)
+        return super().similarity_scores(Q, enc)
+
+    def search(self, Q, enc: EncodedVectors, k: int, *, allowed=None, id_base: int = 0):
+        if lucene_osq.is_lucene(self):
+            return lucene_osq.search(self, Q, enc, k, allowed=allowed, id_base=id_base)
+        return super().search(Q, enc, k, allowed=allowed, id_base=id_base)
+
+    estimate.__doc__ = Quantizer.estimate.__doc__
+    similarity_scores.__doc__ = Quantizer.similarity_scores.__doc__
+    search.__doc__ = Quantizer.search.__doc__
+
     # -- state for files ----------------------------------------------------------------------
     def get_state(self) -> tuple[dict, dict]:
         """``(params, arrays)`` that :meth:`from_state` turns back into this fitted quantizer."""
@@ -247,6 +302,8 @@ class BBQQuantizer(Quantizer):
             "dim": self.dim_,
             "fingerprint": self.fingerprint_,
         }
+        if lucene_osq.is_lucene(self):  # default-mode files stay as they were
+            params["arithmetic"] = self.arithmetic
         return self._state_with_transform(params)
 
     @classmethod
@@ -260,6 +317,7 @@ class BBQQuantizer(Quantizer):
             seed=params["seed"],
             iters=params["iters"],
             lam=params["lam"],
+            arithmetic=params.get("arithmetic", "float64"),
         )
         q._set_fitted(
             get_encoding(params["bits"], params["query_bits"]),
