@@ -202,7 +202,7 @@ def test_centroid_matches_reference(d, cosine):
 
 
 # ----------------------------------------------------------------------------- OSQ
-@pytest.mark.parametrize("d", DIMS)
+@pytest.mark.parametrize("d", [1, 3, 7, 8, 9, 33, 63, 64, 65, 127, 384])
 @pytest.mark.parametrize("kind", KINDS)
 def test_osq_kernel_matches_reference(d, kind):
     X = _rows(kind, 24, d, seed=d)

@@ -71,6 +71,8 @@ _serial = kernel(error_model="numpy")
 _parallel = parallel_kernel(error_model="numpy")
 
 _F32_MAX = float(np.finfo(np.float32).max)
+#: Id of an empty heap slot (sorts after every real id).
+_EMPTY = np.iinfo(np.int64).max
 _LONG_BOUND = float(2**63)
 
 
@@ -164,24 +166,24 @@ def centroid_dot(c):
     return lucene_dot(c, c)
 
 
-@_parallel
+@_serial
 def row_dots(X, out):
     """``out[r] = VectorUtil.dotProduct(X[r], X[r])`` (float32 squared norms, Lucene's way)."""
-    for r in prange(X.shape[0]):
+    for r in range(X.shape[0]):
         out[r] = lucene_dot(X[r], X[r])
 
 
-@_parallel
+@_serial
 def normalize_docs(X, out):
     """Cosine docs as the writer normalizes them: ``v[i] / (float) sqrt(dot(v, v))``."""
-    for r in prange(X.shape[0]):
+    for r in range(X.shape[0]):
         v = X[r]
         mag = np.float32(math.sqrt(np.float64(lucene_dot(v, v))))
         for i in range(v.shape[0]):
             out[r, i] = v[i] / mag
 
 
-@_parallel
+@_serial
 def l2normalize_rows(X, out, zero):
     """``VectorUtil.l2normalize`` of each row into ``out``; ``zero[r] = 1`` for a zero row.
 
@@ -189,7 +191,7 @@ def l2normalize_rows(X, out, zero):
     unchanged; others are divided by ``(float) Math.sqrt``. Zero rows are copied and flagged
     (Lucene throws there).
     """
-    for r in prange(X.shape[0]):
+    for r in range(X.shape[0]):
         v = X[r]
         sq = np.float64(lucene_dot(v, v))
         zero[r] = 1 if sq == 0.0 else 0
@@ -222,7 +224,7 @@ def centroid_sums(X, cosine, sums):
 
 
 # ------------------------------------------------------------------------------ OSQ
-@_inline
+@_serial
 def _loss(x, a32, b32, points, norm2, lam):
     """``OptimizedScalarQuantizer.loss`` (double) of the centred float row ``x`` at [a, b]."""
     a = np.float64(a32)
@@ -240,7 +242,7 @@ def _loss(x, a32, b32, points, norm2, lam):
     return (1.0 - lam64) * xe * xe / np.float64(norm2) + lam64 * e
 
 
-@_inline
+@_serial
 def _optimize(x, a32, b32, norm2, points, iters, lam):
     """``optimizeIntervals``: the interval after up to ``iters`` coordinate-descent steps."""
     best = _loss(x, a32, b32, points, norm2, lam)
@@ -289,7 +291,7 @@ def _optimize(x, a32, b32, norm2, points, iters, lam):
     return a32, b32
 
 
-@_inline
+@_serial
 def _quantize_row(v, c, x, bits, iters, lam, euclidean, out):
     """``scalarQuantize`` of one row: codes into ``out[:d]``; ``(a, b, additional, Σk)``.
 
@@ -419,6 +421,20 @@ def _finish(raw, sim):
     return (one + _jmin(one, _jmax(raw, np.float32(-1.0)))) / np.float32(2.0)
 
 
+@_serial
+def _scores_row_planes(q, qf, dw, df, dp, words, fdim, cdp, sim, mapped, out):
+    for j in range(dw.shape[0]):
+        raw = _raw(_plane_dot(q, dw[j], dp, words), qf, df[j], fdim, cdp, sim)
+        out[j] = _finish(raw, sim) if mapped else raw
+
+
+@_serial
+def _scores_row_bytes(q, qf, db, df, fdim, cdp, sim, mapped, out):
+    for j in range(db.shape[0]):
+        raw = _raw(_byte_dot(q, db[j]), qf, df[j], fdim, cdp, sim)
+        out[j] = _finish(raw, sim) if mapped else raw
+
+
 @_parallel
 def lucene_scores_planes(qw, qf, dw, df, dp, words, fdim, cdp, sim, mapped, out):
     """Scores [nq, n] of plane docs (``dp`` planes) against 4-plane queries.
@@ -427,35 +443,38 @@ def lucene_scores_planes(qw, qf, dw, df, dp, words, fdim, cdp, sim, mapped, out)
     ``mapped``: Lucene's score if True, else the raw value before the mapping.
     """
     for i in prange(qw.shape[0]):
-        q = qw[i]
-        for j in range(dw.shape[0]):
-            raw = _raw(_plane_dot(q, dw[j], dp, words), qf[i], df[j], fdim, cdp, sim)
-            out[i, j] = _finish(raw, sim) if mapped else raw
+        _scores_row_planes(qw[i], qf[i], dw, df, dp, words, fdim, cdp, sim, mapped, out[i])
 
 
 @_parallel
 def lucene_scores_bytes(qb, qf, db, df, fdim, cdp, sim, mapped, out):
     """:func:`lucene_scores_planes` for byte codes (7-bit docs and queries)."""
     for i in prange(qb.shape[0]):
-        q = qb[i]
-        for j in range(db.shape[0]):
-            raw = _raw(_byte_dot(q, db[j]), qf[i], df[j], fdim, cdp, sim)
-            out[i, j] = _finish(raw, sim) if mapped else raw
+        _scores_row_bytes(qb[i], qf[i], db, df, fdim, cdp, sim, mapped, out[i])
 
 
 @_inline
 def _offer(scores, ids, raws, score, idx, raw):
     """Offer to a bounded min-heap (root = worst kept: lowest score, then highest id)."""
     if score < scores[0] or (score == scores[0] and idx > ids[0]) or score != score:
-        return
-    k = scores.shape[0]
+        return  # a NaN score never competes
+    scores[0] = score
+    ids[0] = idx
+    raws[0] = raw
+    _sift_down(scores, ids, raws, scores.shape[0])
+
+
+@_serial
+def _sift_down(scores, ids, raws, size):
+    """Restore the heap property from the root over the first ``size`` entries."""
+    score, idx, raw = scores[0], ids[0], raws[0]
     pos = 0
     while True:
         child = 2 * pos + 1
-        if child >= k:
+        if child >= size:
             break
         right = child + 1
-        if right < k and (
+        if right < size and (
             scores[right] < scores[child]
             or (scores[right] == scores[child] and ids[right] > ids[child])
         ):
@@ -472,16 +491,50 @@ def _offer(scores, ids, raws, score, idx, raw):
     raws[pos] = raw
 
 
-@_inline
-def _sorted_heap(scores, ids, raws, out_scores, out_ids, out_raws):
-    """Heap entries best first (higher score, then lower id); empty slots have id -1."""
-    order = np.argsort(ids)  # lower ids first among equal scores (stable sort below)
-    order = order[np.argsort(-scores[order], kind="mergesort")]
-    for m in range(order.shape[0]):
-        o = order[m]
-        out_scores[m] = scores[o]
-        out_ids[m] = ids[o] if scores[o] != -np.inf else -1
-        out_raws[m] = raws[o]
+@_serial
+def _drain(scores, ids, raws, out_scores, out_ids, out_raws):
+    """Empty the heap best first (higher score, then lower id); empty slots give id -1."""
+    size = scores.shape[0]
+    while size > 0:
+        m = size - 1  # the root is the worst entry left: it goes last
+        out_scores[m] = scores[0]
+        out_ids[m] = ids[0] if ids[0] != _EMPTY else -1
+        out_raws[m] = raws[0]
+        scores[0] = scores[m]
+        ids[0] = ids[m]
+        raws[0] = raws[m]
+        size = m
+        _sift_down(scores, ids, raws, size)
+
+
+@_serial
+def _topk_row_planes(q, qf, dw, df, dp, words, fdim, cdp, sim, allowed, out_s, out_i, out_r):
+    k = out_s.shape[0]
+    scores = np.full(k, -np.inf, dtype=np.float32)
+    ids = np.full(k, _EMPTY, dtype=np.int64)
+    raws = np.zeros(k, dtype=np.float32)
+    use_mask = allowed.shape[0] > 0
+    for j in range(dw.shape[0]):
+        if use_mask and allowed[j] == 0:
+            continue
+        raw = _raw(_plane_dot(q, dw[j], dp, words), qf, df[j], fdim, cdp, sim)
+        _offer(scores, ids, raws, _finish(raw, sim), np.int64(j), raw)
+    _drain(scores, ids, raws, out_s, out_i, out_r)
+
+
+@_serial
+def _topk_row_bytes(q, qf, db, df, fdim, cdp, sim, allowed, out_s, out_i, out_r):
+    k = out_s.shape[0]
+    scores = np.full(k, -np.inf, dtype=np.float32)
+    ids = np.full(k, _EMPTY, dtype=np.int64)
+    raws = np.zeros(k, dtype=np.float32)
+    use_mask = allowed.shape[0] > 0
+    for j in range(db.shape[0]):
+        if use_mask and allowed[j] == 0:
+            continue
+        raw = _raw(_byte_dot(q, db[j]), qf, df[j], fdim, cdp, sim)
+        _offer(scores, ids, raws, _finish(raw, sim), np.int64(j), raw)
+    _drain(scores, ids, raws, out_s, out_i, out_r)
 
 
 @_parallel
@@ -489,36 +542,16 @@ def lucene_topk_planes(qw, qf, dw, df, dp, words, fdim, cdp, sim, allowed, out_s
     """Top ``k`` docs per query by Lucene's score (ties: lower id), plane layout.
 
     ``allowed`` uint8 [n] mask (length 0: every doc); outputs [nq, k]: score, id (-1 pads),
-    raw value.
+    raw value. A NaN score never enters the top ``k``.
     """
-    k = out_s.shape[1]
-    use_mask = allowed.shape[0] > 0
     for i in prange(qw.shape[0]):
-        scores = np.full(k, -np.inf, dtype=np.float32)
-        ids = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
-        raws = np.zeros(k, dtype=np.float32)
-        q = qw[i]
-        for j in range(dw.shape[0]):
-            if use_mask and allowed[j] == 0:
-                continue
-            raw = _raw(_plane_dot(q, dw[j], dp, words), qf[i], df[j], fdim, cdp, sim)
-            _offer(scores, ids, raws, _finish(raw, sim), np.int64(j), raw)
-        _sorted_heap(scores, ids, raws, out_s[i], out_i[i], out_r[i])
+        _topk_row_planes(
+            qw[i], qf[i], dw, df, dp, words, fdim, cdp, sim, allowed, out_s[i], out_i[i], out_r[i]
+        )
 
 
 @_parallel
 def lucene_topk_bytes(qb, qf, db, df, fdim, cdp, sim, allowed, out_s, out_i, out_r):
     """:func:`lucene_topk_planes` for byte codes."""
-    k = out_s.shape[1]
-    use_mask = allowed.shape[0] > 0
     for i in prange(qb.shape[0]):
-        scores = np.full(k, -np.inf, dtype=np.float32)
-        ids = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
-        raws = np.zeros(k, dtype=np.float32)
-        q = qb[i]
-        for j in range(db.shape[0]):
-            if use_mask and allowed[j] == 0:
-                continue
-            raw = _raw(_byte_dot(q, db[j]), qf[i], df[j], fdim, cdp, sim)
-            _offer(scores, ids, raws, _finish(raw, sim), np.int64(j), raw)
-        _sorted_heap(scores, ids, raws, out_s[i], out_i[i], out_r[i])
+        _topk_row_bytes(qb[i], qf[i], db, df, fdim, cdp, sim, allowed, out_s[i], out_i[i], out_r[i])

@@ -26,6 +26,8 @@ The kernels are :mod:`bbqlib._kernels.osq_lucene`; this module validates, alloca
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .. import scoring
@@ -47,6 +49,7 @@ __all__ = [
     "fit",
     "encode",
     "validated",
+    "LuceneCodes",
     "quantize_queries",
     "query_codes",
     "estimate",
@@ -282,20 +285,32 @@ def lucene_doc_bytes(enc: EncodedVectors) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ queries
-def quantize_queries(q, Q: np.ndarray):
-    """Lucene's query quantization of prepared rows: ``(levels, factors)``.
+class LuceneCodes(NamedTuple):
+    """Levels and corrections of ``OptimizedScalarQuantizer.scalarQuantize``, per row."""
 
-    ``factors`` float32 [nq, 4]: ``(lower, (upper - lower) * SCALE_LUT[bits - 1], float(Σk),
-    additional)``, the terms ``quantizedScore`` reads.
-    """
-    bits = q.encoding_.query_bits
-    levels, lower, upper, additional, ksum = _quantize(q, Q, bits)
-    factors = np.empty((len(Q), 4), dtype=np.float32)
-    factors[:, 0] = lower
-    factors[:, 1] = (upper - lower) * K.SCALE_LUT[bits - 1]
-    factors[:, 2] = ksum.astype(np.float32)
-    factors[:, 3] = additional
-    return levels, factors
+    levels: np.ndarray  # uint8 [n, d]
+    lower: np.ndarray  # float32 [n]
+    upper: np.ndarray  # float32 [n]
+    additional: np.ndarray  # float32 [n]: ||v - c||² (euclidean) or <v, c>
+    component_sum: np.ndarray  # int64 [n]
+
+
+def quantize_queries(q, Q) -> LuceneCodes:
+    """Lucene's query quantization (``query_bits`` levels) of rows ``Q``, as its scorer makes it:
+    checked, ``l2normalize``-d for cosine, quantized against the segment centroid."""
+    Qp = validated(q, Q, "Q", allow_1d=True)
+    return LuceneCodes(*_quantize(q, Qp, q.encoding_.query_bits))
+
+
+def _score_factors(codes: LuceneCodes, bits: int) -> np.ndarray:
+    """float32 [n, 4] ``(lower, (upper - lower) * SCALE_LUT[bits - 1], (float) Σk, additional)``:
+    the terms ``quantizedScore`` reads, computed as it computes them."""
+    factors = np.empty((len(codes.lower), 4), dtype=np.float32)
+    factors[:, 0] = codes.lower
+    factors[:, 1] = (codes.upper - codes.lower) * K.SCALE_LUT[bits - 1]
+    factors[:, 2] = codes.component_sum.astype(np.float32)
+    factors[:, 3] = codes.additional
+    return factors
 
 
 def query_codes(q, Q: np.ndarray) -> scoring.QueryCodes:
@@ -324,13 +339,14 @@ def _doc_side(q, enc: EncodedVectors):
     key = ("lucene_docs", q.fingerprint_)
     if key not in enc._cache:
         c = enc.corrections
-        bits = enc.encoding.doc_bits
-        factors = np.empty((len(enc), 4), dtype=np.float32)
-        lower = c["lower"].astype(np.float32)
-        factors[:, 0] = lower
-        factors[:, 1] = (c["upper"].astype(np.float32) - lower) * K.SCALE_LUT[bits - 1]
-        factors[:, 2] = c["component_sum"].astype(np.int64).astype(np.float32)
-        factors[:, 3] = c["additional"]
+        codes = LuceneCodes(
+            None,
+            c["lower"].astype(np.float32),
+            c["upper"].astype(np.float32),
+            c["additional"].astype(np.float32),
+            c["component_sum"].astype(np.int64),
+        )
+        factors = _score_factors(codes, enc.encoding.doc_bits)
         planes = enc.encoding.layout == "planes"
         data = plane_words(enc.codes) if planes else np.ascontiguousarray(enc.codes)
         enc._cache[key] = (data, factors)
@@ -338,10 +354,12 @@ def _doc_side(q, enc: EncodedVectors):
 
 
 def _query_side(q, Q: np.ndarray):
-    levels, factors = quantize_queries(q, Q)
+    bits = q.encoding_.query_bits
+    codes = LuceneCodes(*_quantize(q, Q, bits))
+    factors = _score_factors(codes, bits)
     if q.encoding_.layout == "planes":
-        return plane_words(pack_planes(levels, q.encoding_.query_bits)), factors
-    return levels, factors
+        return plane_words(pack_planes(codes.levels, bits)), factors
+    return codes.levels, factors
 
 
 def _common(q, Q, enc: EncodedVectors):

@@ -1,0 +1,224 @@
+"""``BBQQuantizer(arithmetic="lucene")`` against Lucene 10.5 itself, bit for bit.
+
+The Java harness (``tests/java/LuceneOracle.java``, compiled here against
+``shared/oracle/lucene-10.5.0.jar``) indexes the same float32 vectors with
+``Lucene104ScalarQuantizedVectorsFormat`` (one flushed segment per data set, one field per
+similarity x encoding) and scores the queries with the segment reader's scorer. Everything is
+batched into two JVM launches: the reference run (scalar path, ``-Dlucene.useScalarFMA=false``,
+no vector incubator module) and a smaller run with fused multiply-adds on.
+
+Covered: every similarity x (1x4, 2x4, 4x4, 7x7) on both shared data sets (2,000 docs, 200
+queries; spacy's dot_product on its normalized vectors) and on adversarial vectors (constant,
+one-hot, d = 1, 3, 65, 127, huge, tiny and subnormal magnitudes, rounding ties, zero rows).
+Skips without the jar or without a Java >= 21; with ``CI=true`` and the jar present a missing
+Java 21 fails instead.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from lucene_harness import (
+    ALL_CONFIGS,
+    LuceneOutput,
+    LuceneTask,
+    find_jar,
+    find_java,
+    run_oracle,
+    shared_dir,
+)
+from reference.osq_lucene import unpack_lucene_doc_bytes
+
+import bbqlib
+from bbqlib.quantizers import lucene_osq
+
+N_DOCS, N_QUERIES = 2000, 200
+DATA = shared_dir() / "data"
+NON_DOT = tuple(c for c in ALL_CONFIGS if c[0] != "dot_product")
+DOT = tuple(c for c in ALL_CONFIGS if c[0] == "dot_product")
+NO_COSINE = tuple(c for c in NON_DOT if c[0] != "cosine")
+
+
+def _unit(X: np.ndarray) -> np.ndarray:
+    return (X / np.linalg.norm(X.astype(np.float64), axis=1, keepdims=True)).astype(np.float32)
+
+
+def _adversarial() -> list[LuceneTask]:
+    """Small awkward sets; the configs each similarity's input rules allow."""
+    g = np.random.default_rng(16)
+    normal = g.normal(size=(120, 70))
+    sets = {
+        "constant": (_unit(np.full((64, 33), 0.5)), ALL_CONFIGS),
+        "onehot": (np.eye(48, 40, dtype=np.float32) + np.eye(48, 40, k=-8, dtype=np.float32),
+                   ALL_CONFIGS),
+        "unit_d1": (g.permutation(np.r_[np.ones(35), -np.ones(15)])[:, None].astype(np.float32),
+                    ALL_CONFIGS),
+        "unit_d3": (_unit(g.normal(size=(80, 3))), ALL_CONFIGS),
+        "unit_d65": (_unit(g.normal(0.3, 1, size=(150, 65))), ALL_CONFIGS),
+        "unit_d127": (_unit(g.standard_t(2, size=(150, 127))), ALL_CONFIGS),
+        "huge": ((normal * 1e18).astype(np.float32), NON_DOT),
+        "tiny": ((normal * 1e-20).astype(np.float32), NON_DOT),
+        "tinier": ((normal * 1e-30).astype(np.float32), NO_COSINE),
+        "subnormal": ((normal * 1e-41).astype(np.float32), NO_COSINE),
+        "decades": ((normal * 10.0 ** g.uniform(-15, 15, size=(120, 1))).astype(np.float32),
+                    NON_DOT),
+        "ties": ((g.integers(1, 5, size=(100, 17)) / 4.0).astype(np.float32), NON_DOT),
+        "zeros": (np.vstack([np.zeros((5, 9)), g.normal(size=(40, 9))]).astype(np.float32),
+                  NO_COSINE),
+    }  # fmt: skip
+    # one-hot rows with k=-8 overlap the identity in rows 8..39: make them unit again
+    sets["onehot"] = (_unit(sets["onehot"][0]), ALL_CONFIGS)
+    return [LuceneTask(name, X, X[:10], configs) for name, (X, configs) in sets.items()]
+
+
+def _datasets() -> list[LuceneTask]:
+    if not (DATA / "debian-minilm-384" / "base.npy").exists():
+        return []
+    tasks = []
+    for name, configs in (("debian-minilm-384", ALL_CONFIGS), ("spacy-wordvec-300", NON_DOT)):
+        X = np.load(DATA / name / "base.npy", mmap_mode="r")[:N_DOCS].copy()
+        Q = np.load(DATA / name / "queries.npy", mmap_mode="r")[:N_QUERIES].copy()
+        tasks.append(LuceneTask(name, X, Q, configs))
+        if configs is NON_DOT:  # not unit vectors: dot_product on the normalized ones
+            tasks.append(LuceneTask(name + "-unit", _unit(X), _unit(Q), DOT))
+    return tasks
+
+
+@pytest.fixture(scope="session")
+def lucene_tools():
+    jar = find_jar()
+    if jar is None:
+        pytest.skip(
+            "Lucene 10.5 jar not found (shared/oracle/lucene-10.5.0.jar or $BBQLIB_LUCENE_JAR)"
+        )
+    found = find_java(21)
+    if found is None:
+        msg = "no Java >= 21 found ($JAVA_HOME, then installed JDKs); Lucene 10 needs Java 21"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{msg}, and CI=true with the Lucene jar present")
+        pytest.skip(msg)
+    return {"java": found[0], "javac": found[1], "jar": jar}
+
+
+@pytest.fixture(scope="session")
+def oracle(lucene_tools):
+    """One JVM launch: every data set and adversarial set, FMA off (the reference)."""
+    tasks = _datasets() + _adversarial()
+    return {t.name: t for t in tasks}, run_oracle(tasks, **lucene_tools, fma=False)
+
+
+def _check(task: LuceneTask, sim: str, bits: int, out: LuceneOutput) -> dict[str, float]:
+    """Fraction of vectors / queries / scores where bbqlib's lucene mode equals Lucene's bits."""
+    X, Q = task.docs, task.queries
+    d = X.shape[1]
+    q = bbqlib.BBQQuantizer(bits=bits, similarity=sim, arithmetic="lucene").fit(X)
+    enc = q.encode(X)
+    c = enc.corrections
+    lo, up, add, ks = LuceneOutput.floats(out.doc_corrections)
+    levels = unpack_lucene_doc_bytes(out.codes, bits, d)
+    mine = unpack_lucene_doc_bytes(lucene_osq.lucene_doc_bytes(enc), bits, d)
+    y = lucene_osq.quantize_queries(q, Q)
+    qlo, qup, qadd, qks = LuceneOutput.floats(out.query_corrections)
+    scores = q.similarity_scores(Q, enc)
+    ids = q.search(Q, enc, 10)[1]
+    # Lucene's ranking: higher score first, ties by the lower id; a NaN score never competes
+    ref_ids = np.lexsort((np.broadcast_to(np.arange(len(X)), out.scores.shape), -out.scores))
+    ref_ids = np.where(np.isnan(np.take_along_axis(out.scores, ref_ids, axis=1)), -1, ref_ids)
+    return {
+        "centroid": float(_same(q.centroid_, out.centroid).all()),
+        "centroid_dp": float(_same(np.float32(q.centroid_dot_), out.centroid_dp).all()),
+        "doc_bytes": (lucene_osq.lucene_doc_bytes(enc) == out.codes).all(axis=1).mean(),
+        "doc_levels": (mine == levels).all(axis=1).mean(),
+        "lower": _same(c["lower"], lo).mean(),
+        "upper": _same(c["upper"], up).mean(),
+        "additional": _same(c["additional"], add).mean(),
+        "component_sum": (c["component_sum"] == ks).mean(),
+        "query_levels": (
+            (y.levels == out.query_levels[:, :d]).all(axis=1) & ~out.query_levels[:, d:].any(axis=1)
+        ).mean(),
+        "query_corrections": (
+            _same(y.lower, qlo)
+            & _same(y.upper, qup)
+            & _same(y.additional, qadd)
+            & (y.component_sum == qks)
+        ).mean(),  # fmt: skip
+        "scores": _same(scores, out.scores).mean(),
+        "top10": (ids == ref_ids[:, :10]).all(axis=1).mean(),
+    }
+
+
+def _same(a, b) -> np.ndarray:
+    """Elementwise: the same float32 bits (a NaN matches any NaN)."""
+    a = np.asarray(a, dtype=np.float32)
+    b = np.asarray(b, dtype=np.float32)
+    return (a.view(np.int32) == b.view(np.int32)) | (np.isnan(a) & np.isnan(b))
+
+
+def _cases():
+    names = ["debian-minilm-384", "spacy-wordvec-300"]
+    cases = [(n, s, b) for n in names for s, b in ALL_CONFIGS]
+    return cases + [(t.name, s, b) for t in _adversarial() for s, b in t.configs]
+
+
+def test_reference_run_is_scalar_without_fma(oracle):
+    meta = next(iter(next(iter(oracle[1].values())).values())).meta
+    assert meta["lucene"] == "10.5.0"
+    assert meta["has_fast_scalar_fma"] is False
+    assert meta["vector_incubator_module"] is False
+
+
+@pytest.mark.parametrize("name, sim, bits", _cases())
+def test_bit_for_bit_with_lucene(oracle, name, sim, bits):
+    tasks, results = oracle
+    if sim == "dot_product" and name == "spacy-wordvec-300":
+        name += "-unit"
+    if name not in tasks:
+        pytest.skip(f"shared data not found at {DATA}")
+    got = _check(tasks[name], sim, bits, results[name][(sim, bits)])
+    assert all(v == 1.0 for v in got.values()), {k: v for k, v in got.items() if v != 1.0}
+
+
+# ----------------------------------------------------------------------------- FMA on
+@pytest.fixture(scope="session")
+def oracle_fma(lucene_tools, oracle):
+    """The same Lucene with ``-Dlucene.useScalarFMA=true``, on the first 500 docs / 50 queries."""
+    tasks = [
+        LuceneTask(t.name, t.docs[:500], t.queries[:50], t.configs)
+        for t in oracle[0].values()
+        if len(t.docs) >= 1000
+    ]
+    if not tasks:
+        pytest.skip(f"shared data not found at {DATA}")
+    results = run_oracle(tasks, **lucene_tools, fma=True)
+    meta = next(iter(next(iter(results.values())).values())).meta
+    if not meta["has_fast_scalar_fma"]:
+        pytest.skip("this CPU / JVM has no fast scalar FMA: useScalarFMA=true changes nothing")
+    return {t.name: t for t in tasks}, results
+
+
+def test_fma_leaves_euclidean_unchanged(oracle_fma):
+    """``VectorUtil.dotProduct`` is the only FMA user, and euclidean never calls it where it
+    matters (no normalization; ``centroidDP`` is stored but not scored): bit for bit still."""
+    tasks, results = oracle_fma
+    for name, task in tasks.items():
+        for sim, bits in task.configs:
+            if sim != "euclidean":
+                continue
+            got = _check(task, sim, bits, results[name][(sim, bits)])
+            got.pop("centroid_dp")
+            assert all(v == 1.0 for v in got.values()), (name, bits, got)
+
+
+def test_fma_changes_only_dot_product_paths(oracle_fma):
+    """With FMA, MIP / dot_product keep every code (OSQ has no dotProduct) and differ at most in
+    ``centroidDP``; cosine moves through the doc magnitudes, the centroid and the query norms."""
+    tasks, results = oracle_fma
+    for name, task in tasks.items():
+        for sim, bits in task.configs:
+            if sim not in ("max_inner_product", "dot_product"):
+                continue
+            got = _check(task, sim, bits, results[name][(sim, bits)])
+            for key in ("doc_bytes", "lower", "upper", "additional", "query_corrections"):
+                assert got[key] == 1.0, (name, sim, bits, key, got)
