@@ -39,6 +39,10 @@ __all__ = [
     "compile_harness",
     "query_bits",
     "run_oracle",
+    "compare",
+    "same_bits",
+    "lucene_top",
+    "FRACTIONS",
 ]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -277,3 +281,106 @@ def _read_task(out: Path, t: LuceneTask, meta: dict) -> dict[tuple[str, int], Lu
             meta=meta,
         )
     return results
+
+
+# ----------------------------------------------------------------------------- comparison
+def same_bits(a, b) -> np.ndarray:
+    """Elementwise: the same float32 bits (a NaN matches any NaN)."""
+    a = np.asarray(a, dtype=np.float32)
+    b = np.asarray(b, dtype=np.float32)
+    return (a.view(np.int32) == b.view(np.int32)) | (np.isnan(a) & np.isnan(b))
+
+
+def lucene_top(scores: np.ndarray, k: int) -> np.ndarray:
+    """Lucene's ranking of a score matrix: higher first, ties by the lower id, NaN never (-1)."""
+    order = np.lexsort((np.broadcast_to(np.arange(scores.shape[1]), scores.shape), -scores))
+    order = order[:, :k]
+    return np.where(np.isnan(np.take_along_axis(scores, order, axis=1)), -1, order)
+
+
+def compare(q, X: np.ndarray, Q: np.ndarray, out: LuceneOutput) -> dict[str, float]:
+    """How much of what a fitted ``BBQQuantizer`` makes of ``X`` / ``Q`` equals Lucene's bits.
+
+    Fractions of doc vectors (bytes, levels, each correction), of queries (levels, all four
+    corrections), of scores, and of queries whose top 10 (ids, in order) agree; plus the
+    largest relative interval difference and absolute score difference.
+    """
+    from reference.osq_lucene import unpack_lucene_doc_bytes
+
+    from bbqlib.packing import unpack_planes
+    from bbqlib.quantizers import lucene_osq
+    from bbqlib.quantizers.osq import quantize_rows
+
+    d = X.shape[1]
+    bits = q.encoding_.doc_bits
+    enc = q.encode(X)
+    c = enc.corrections
+    lo, up, add, ks = LuceneOutput.floats(out.doc_corrections)
+    mine_bytes = lucene_osq.lucene_doc_bytes(enc)
+    if enc.encoding.layout == "planes":
+        mine = unpack_planes(enc.codes, bits, d)
+    else:
+        mine = np.asarray(enc.codes)
+    theirs = unpack_lucene_doc_bytes(out.codes, bits, d)
+    if lucene_osq.is_lucene(q):
+        y = lucene_osq.quantize_queries(q, Q)
+    else:
+        Qp = q._validated(Q, "Q")
+        y = quantize_rows(
+            Qp, q.centroid_, q.encoding_.query_bits, euclidean=q.similarity_.is_distance
+        )
+        y = lucene_osq.LuceneCodes(y.codes, y.lower, y.upper, y.additional, y.component_sum)
+    qlo, qup, qadd, qks = LuceneOutput.floats(out.query_corrections)
+    scores = q.similarity_scores(Q, enc)
+    ids = q.search(Q, enc, 10)[1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.abs(np.r_[c["lower"] - lo, c["upper"] - up]) / np.abs(np.r_[lo, up])
+        rel = float(np.nanmax(np.where(np.r_[lo, up] == 0, 0.0, rel))) if rel.size else 0.0
+    finite = np.isfinite(scores) & np.isfinite(out.scores)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(scores.astype(np.float64) - out.scores)[finite]
+    return {
+        "centroid": float(same_bits(q.centroid_, out.centroid).all()),
+        "centroid_dp": float(same_bits(np.float32(q.centroid_dot_), out.centroid_dp).all()),
+        "doc_bytes": float((mine_bytes == out.codes).all(axis=1).mean()),
+        "doc_levels": float((mine == theirs).all(axis=1).mean()),
+        "lower": float(same_bits(c["lower"], lo).mean()),
+        "upper": float(same_bits(c["upper"], up).mean()),
+        "additional": float(same_bits(c["additional"], add).mean()),
+        "component_sum": float((c["component_sum"] == ks).mean()),
+        "query_levels": float(
+            (
+                (y.levels == out.query_levels[:, :d]).all(axis=1)
+                & ~out.query_levels[:, d:].any(axis=1)
+            ).mean()
+        ),
+        "query_corrections": float(
+            (
+                same_bits(y.lower, qlo)
+                & same_bits(y.upper, qup)
+                & same_bits(y.additional, qadd)
+                & (y.component_sum == qks)
+            ).mean()
+        ),
+        "scores": float(same_bits(scores, out.scores).mean()),
+        "top10": float((ids == lucene_top(out.scores, 10)).all(axis=1).mean()),
+        "max_rel_interval": rel,
+        "max_abs_score": float(diff.max()) if diff.size else 0.0,
+    }
+
+
+#: Keys of :func:`compare` that are fractions (1.0 = bit for bit everywhere).
+FRACTIONS = (
+    "centroid",
+    "centroid_dp",
+    "doc_bytes",
+    "doc_levels",
+    "lower",
+    "upper",
+    "additional",
+    "component_sum",
+    "query_levels",
+    "query_corrections",
+    "scores",
+    "top10",
+)

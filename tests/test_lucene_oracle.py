@@ -22,17 +22,17 @@ import numpy as np
 import pytest
 from lucene_harness import (
     ALL_CONFIGS,
+    FRACTIONS,
     LuceneOutput,
     LuceneTask,
+    compare,
     find_jar,
     find_java,
     run_oracle,
     shared_dir,
 )
-from reference.osq_lucene import unpack_lucene_doc_bytes
 
 import bbqlib
-from bbqlib.quantizers import lucene_osq
 
 N_DOCS, N_QUERIES = 2000, 200
 DATA = shared_dir() / "data"
@@ -110,50 +110,10 @@ def oracle(lucene_tools):
 
 
 def _check(task: LuceneTask, sim: str, bits: int, out: LuceneOutput) -> dict[str, float]:
-    """Fraction of vectors / queries / scores where bbqlib's lucene mode equals Lucene's bits."""
-    X, Q = task.docs, task.queries
-    d = X.shape[1]
-    q = bbqlib.BBQQuantizer(bits=bits, similarity=sim, arithmetic="lucene").fit(X)
-    enc = q.encode(X)
-    c = enc.corrections
-    lo, up, add, ks = LuceneOutput.floats(out.doc_corrections)
-    levels = unpack_lucene_doc_bytes(out.codes, bits, d)
-    mine = unpack_lucene_doc_bytes(lucene_osq.lucene_doc_bytes(enc), bits, d)
-    y = lucene_osq.quantize_queries(q, Q)
-    qlo, qup, qadd, qks = LuceneOutput.floats(out.query_corrections)
-    scores = q.similarity_scores(Q, enc)
-    ids = q.search(Q, enc, 10)[1]
-    # Lucene's ranking: higher score first, ties by the lower id; a NaN score never competes
-    ref_ids = np.lexsort((np.broadcast_to(np.arange(len(X)), out.scores.shape), -out.scores))
-    ref_ids = np.where(np.isnan(np.take_along_axis(out.scores, ref_ids, axis=1)), -1, ref_ids)
-    return {
-        "centroid": float(_same(q.centroid_, out.centroid).all()),
-        "centroid_dp": float(_same(np.float32(q.centroid_dot_), out.centroid_dp).all()),
-        "doc_bytes": (lucene_osq.lucene_doc_bytes(enc) == out.codes).all(axis=1).mean(),
-        "doc_levels": (mine == levels).all(axis=1).mean(),
-        "lower": _same(c["lower"], lo).mean(),
-        "upper": _same(c["upper"], up).mean(),
-        "additional": _same(c["additional"], add).mean(),
-        "component_sum": (c["component_sum"] == ks).mean(),
-        "query_levels": (
-            (y.levels == out.query_levels[:, :d]).all(axis=1) & ~out.query_levels[:, d:].any(axis=1)
-        ).mean(),
-        "query_corrections": (
-            _same(y.lower, qlo)
-            & _same(y.upper, qup)
-            & _same(y.additional, qadd)
-            & (y.component_sum == qks)
-        ).mean(),  # fmt: skip
-        "scores": _same(scores, out.scores).mean(),
-        "top10": (ids == ref_ids[:, :10]).all(axis=1).mean(),
-    }
-
-
-def _same(a, b) -> np.ndarray:
-    """Elementwise: the same float32 bits (a NaN matches any NaN)."""
-    a = np.asarray(a, dtype=np.float32)
-    b = np.asarray(b, dtype=np.float32)
-    return (a.view(np.int32) == b.view(np.int32)) | (np.isnan(a) & np.isnan(b))
+    """Fractions (of vectors, queries, scores) where bbqlib's lucene mode has Lucene's bits."""
+    q = bbqlib.BBQQuantizer(bits=bits, similarity=sim, arithmetic="lucene").fit(task.docs)
+    got = compare(q, task.docs, task.queries, out)
+    return {k: got[k] for k in FRACTIONS}
 
 
 def _cases():

@@ -42,6 +42,10 @@ import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import org.apache.lucene.codecs.KnnVectorsFormat;
 import org.apache.lucene.codecs.hnsw.FlatVectorScorerUtil;
 import org.apache.lucene.codecs.lucene104.Lucene104Codec;
@@ -163,9 +167,7 @@ public final class LuceneOracle {
       viaIndex(t, docs, queries, out);
     } else if (t.mode.equals("direct")) {
       float[] centroid = readFloats(t.centroid, 1, t.dim)[0];
-      for (Config c : t.configs) {
-        write(t, c, direct(t, c, docs, centroid, queries), queries, out);
-      }
+      forEachConfig(t, c -> write(t, c, direct(t, c, docs, centroid, queries), queries, out));
     } else {
       throw new IllegalArgumentException("mode must be index or direct, got " + t.mode);
     }
@@ -224,7 +226,7 @@ public final class LuceneOracle {
     }
     SegmentInfo si = infos.info(0).info;
     FieldInfos fis = si.getCodec().fieldInfosFormat().read(dir, si, "", IOContext.DEFAULT);
-    for (Config c : t.configs) {
+    forEachConfig(t, c -> {
       try (Lucene104ScalarQuantizedVectorsReader qr = openField(dir, si, fis, c.field())) {
         QuantizedByteVectorValues values = qr.getQuantizedVectorValues(c.field());
         float[][] scores = new float[t.nq][t.n];
@@ -237,6 +239,40 @@ public final class LuceneOracle {
         // read everything needed from the segment before it closes
         write(t, c, new Result(InMemoryValues.copyOf(values, c), scores), queries, out);
       }
+    });
+  }
+
+  private interface ConfigJob {
+    void run(Config c) throws IOException;
+  }
+
+  /** Runs ``job`` for every config of ``t``, on as many threads as there are processors. */
+  private static void forEachConfig(Task t, ConfigJob job) throws IOException {
+    int threads = Math.min(t.configs.size(), Runtime.getRuntime().availableProcessors());
+    ExecutorService pool = Executors.newFixedThreadPool(threads);
+    try {
+      List<Future<?>> futures = new ArrayList<>();
+      for (Config c : t.configs) {
+        futures.add(
+            pool.submit(
+                () -> {
+                  job.run(c);
+                  return null;
+                }));
+      }
+      for (Future<?> f : futures) {
+        f.get();
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IOException(e);
+    } catch (ExecutionException e) {
+      if (e.getCause() instanceof IOException io) {
+        throw io;
+      }
+      throw new RuntimeException(e.getCause());
+    } finally {
+      pool.shutdownNow();
     }
   }
 
