@@ -29,10 +29,12 @@ from lucene_harness import (
     find_jar,
     find_java,
     run_oracle,
+    same_bits,
     shared_dir,
 )
 
 import bbqlib
+from bbqlib._kernels import osq_lucene as K
 
 N_DOCS, N_QUERIES = 2000, 200
 DATA = shared_dir() / "data"
@@ -105,8 +107,15 @@ def lucene_tools():
 @pytest.fixture(scope="session")
 def oracle(lucene_tools):
     """One JVM launch: every data set and adversarial set, FMA off (the reference)."""
-    tasks = _datasets() + _adversarial()
+    tasks = _datasets() + _adversarial() + [_out_of_range()]
     return {t.name: t for t in tasks}, run_oracle(tasks, **lucene_tools, fma=False)
+
+
+def _out_of_range() -> LuceneTask:
+    """Components of a few subnormal ulps: Lucene's step underflows and its codes leave the
+    encoding's range (BBQQuantizer refuses these rows; the kernel still follows Lucene)."""
+    X = (np.random.default_rng(5).normal(size=(50, 20)) * 1e-44).astype(np.float32)
+    return LuceneTask("out_of_range", X, X[:5], tuple(("euclidean", b) for b in (1, 2, 4, 7)))
 
 
 def _check(task: LuceneTask, sim: str, bits: int, out: LuceneOutput) -> dict[str, float]:
@@ -182,3 +191,28 @@ def test_fma_changes_only_dot_product_paths(oracle_fma):
             got = _check(task, sim, bits, results[name][(sim, bits)])
             for key in ("doc_bytes", "lower", "upper", "additional", "query_corrections"):
                 assert got[key] == 1.0, (name, sim, bits, key, got)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 7])
+def test_out_of_range_codes_follow_lucene(oracle, bits):
+    """Where Lucene's float32 step underflows, the kernel still writes Lucene's bytes and
+    corrections; the quantizer raises instead of storing codes outside the encoding."""
+    task = oracle[0]["out_of_range"]
+    out = oracle[1]["out_of_range"][("euclidean", bits)]
+    X = task.docs
+    centroid = out.centroid
+    n, d = X.shape
+    res = (np.empty((n, d), np.uint8),) + tuple(np.empty(n, np.float32) for _ in range(3))
+    res += (np.empty(n, np.int64),)
+    K.osq_quantize_lucene(X, centroid, bits, 5, np.float32(0.1), True, *res)
+    lo, up, add, ks = LuceneOutput.floats(out.doc_corrections)
+    for mine, theirs in zip(res[1:4], (lo, up, add), strict=True):
+        assert same_bits(mine, theirs).all()
+    np.testing.assert_array_equal(res[4], ks)
+    if bits == 7:  # stored byte for byte
+        np.testing.assert_array_equal(res[0], out.codes)
+    if (res[0] > (1 << bits) - 1).any():
+        with pytest.raises(ValueError, match="narrower than float32"):
+            bbqlib.BBQQuantizer(bits=bits, similarity="euclidean", arithmetic="lucene").fit(
+                X
+            ).encode(X)

@@ -412,3 +412,12 @@ def test_candidate_scorer_uses_lucene_levels():
     enc = q.encode(X)
     est = q.scorer(X[0], enc)(np.arange(len(X)))
     np.testing.assert_allclose(est, q.estimate(X[:1], enc)[0], rtol=1e-5, atol=1e-4)
+
+
+def test_subnormal_intervals_raise():
+    """A float32 step that underflows gives codes outside the encoding (as in Lucene): refused,
+    with the caller's row number."""
+    X = (np.random.default_rng(5).normal(size=(50, 20)) * 1e-44).astype(np.float32)
+    q = bbqlib.BBQQuantizer(bits=7, similarity="euclidean", arithmetic="lucene").fit(X)
+    with pytest.raises(ValueError, match="narrower than float32"):
+        q.encode(X)

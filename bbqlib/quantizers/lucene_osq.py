@@ -196,8 +196,11 @@ def fit(q, X):
     return q
 
 
-def _quantize(q, X: np.ndarray, bits: int):
-    """Lucene's ``scalarQuantize`` of prepared rows: levels and float32 corrections."""
+def _quantize(q, X: np.ndarray, bits: int, row0: int = 0):
+    """Lucene's ``scalarQuantize`` of prepared rows: levels and float32 corrections.
+
+    ``row0``: the caller's number of the first row (for error messages).
+    """
     n, d = X.shape
     levels = np.empty((n, d), dtype=np.uint8)
     lower = np.empty(n, dtype=np.float32)
@@ -222,9 +225,9 @@ def _quantize(q, X: np.ndarray, bits: int):
     bad = np.flatnonzero((levels > top).any(axis=1) | (ksum < 0) | (ksum > top * d))
     if bad.size:
         raise ValueError(
-            f"{bad.size} row(s) (first at row {bad[0]}) have an interval narrower than float32 "
-            f"can step through in {top} steps (components of about 1e-40): Lucene writes codes "
-            "outside the encoding there; scale the vectors up"
+            f"{bad.size} row(s) (first at row {row0 + bad[0]}) have an interval narrower than "
+            f"float32 can step through in {top} steps (subnormal components, below about 1e-38): "
+            "Lucene writes codes outside the encoding there; scale the vectors up"
         )
     return levels, lower, upper, additional, ksum
 
@@ -248,7 +251,7 @@ def encode(q, X) -> EncodedVectors:
         part = X[start : start + rows]
         if q.similarity_ is Similarity.COSINE:
             part = _normalized_docs(part)
-        levels, lower, upper, additional, ksum = _quantize(q, part, enc.doc_bits)
+        levels, lower, upper, additional, ksum = _quantize(q, part, enc.doc_bits, start)
         codes[start : start + len(part)] = (
             pack_planes(levels, enc.doc_bits) if enc.layout == "planes" else levels
         )
