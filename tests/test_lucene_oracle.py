@@ -17,6 +17,7 @@ Java 21 fails instead.
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -88,20 +89,29 @@ def _datasets() -> list[LuceneTask]:
     return tasks
 
 
-@pytest.fixture(scope="session")
-def lucene_tools():
+def _availability() -> tuple[dict | None, str, str]:
+    """``(tools, action, reason)``: tools to run Lucene, or "skip" / "fail" and why.
+
+    No jar: skip. A jar but no Java >= 21: skip, except under ``CI=true``, where it fails.
+    """
     jar = find_jar()
     if jar is None:
-        pytest.skip(
-            "Lucene 10.5 jar not found (shared/oracle/lucene-10.5.0.jar or $BBQLIB_LUCENE_JAR)"
-        )
+        return None, "skip", "Lucene 10.5 jar not found (shared/oracle or $BBQLIB_LUCENE_JAR)"
     found = find_java(21)
     if found is None:
-        msg = "no Java >= 21 found ($JAVA_HOME, then installed JDKs); Lucene 10 needs Java 21"
+        reason = "no Java >= 21 found ($JAVA_HOME, then installed JDKs); Lucene 10 needs Java 21"
         if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{msg}, and CI=true with the Lucene jar present")
-        pytest.skip(msg)
-    return {"java": found[0], "javac": found[1], "jar": jar}
+            return None, "fail", reason + ", and CI=true with the Lucene jar present"
+        return None, "skip", reason
+    return {"java": found[0], "javac": found[1], "jar": jar}, "", ""
+
+
+@pytest.fixture(scope="session")
+def lucene_tools():
+    tools, action, reason = _availability()
+    if tools is None:
+        (pytest.fail if action == "fail" else pytest.skip)(reason)
+    return tools
 
 
 @pytest.fixture(scope="session")
@@ -216,3 +226,28 @@ def test_out_of_range_codes_follow_lucene(oracle, bits):
             bbqlib.BBQQuantizer(bits=bits, similarity="euclidean", arithmetic="lucene").fit(
                 X
             ).encode(X)
+
+
+def test_missing_java_skips_locally_and_fails_under_ci(monkeypatch, tmp_path):
+    jar = tmp_path / "lucene.jar"
+    jar.write_bytes(b"")
+    monkeypatch.setenv("BBQLIB_LUCENE_JAR", str(jar))
+    monkeypatch.setattr(sys.modules[__name__], "find_java", lambda minimum=21: None)
+    monkeypatch.delenv("CI", raising=False)
+    assert _availability()[1] == "skip"
+    monkeypatch.setenv("CI", "true")
+    assert _availability()[1] == "fail"
+    monkeypatch.setenv("BBQLIB_LUCENE_JAR", str(tmp_path / "missing.jar"))
+    assert _availability()[1] == "skip"  # no jar: nothing to compare with, even in CI
+
+
+def test_find_java_takes_java_home_first(monkeypatch):
+    found = find_java(21)
+    if found is None:
+        pytest.skip("no Java >= 21 installed")
+    home = found[0].parents[1]
+    monkeypatch.setenv("JAVA_HOME", str(home))
+    assert find_java(21)[0] == found[0]
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent")
+    assert find_java(21) is not None  # then the installed JDKs
+    assert find_java(999) is None
