@@ -7,6 +7,7 @@ on float vectors. See the README for a tour.
 
 from ._load import load
 from ._validation import NotFittedError
+from ._version import __version__
 from .encoding import ENCODINGS, Encoding, get_encoding
 from .index import FlatIndex, IVFIndex
 from .io.container import CorruptFileError
@@ -18,8 +19,8 @@ from .quantizers import (
     ScalarQuantizer,
 )
 from .similarity import Similarity
-
-__version__ = "0.1.0"
+from .threads import get_num_threads, set_num_threads, thread_limit
+from .warmup import warmup
 
 __all__ = [
     "BBQQuantizer",
@@ -35,6 +36,10 @@ __all__ = [
     "ScalarQuantizer",
     "Similarity",
     "get_encoding",
+    "get_num_threads",
     "load",
+    "set_num_threads",
+    "thread_limit",
+    "warmup",
     "__version__",
 ]

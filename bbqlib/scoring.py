@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._kernels import scoring as K
-from ._kernels.policy import num_threads
+from ._kernels.policy import limit_threads, threads_for
 from ._kernels.rerank import exact_candidates
 from .packing import lut_blocks, unpack_planes
 
@@ -22,6 +22,9 @@ __all__ = ["DocCodes", "QueryCodes", "estimate_raw", "topk_raw", "rerank_exact",
 QUERY_BATCH = 256
 #: Docs unpacked at a time when a float query meets plane-packed docs.
 UNPACK_CHUNK = 65536
+#: (query, doc) pairs per thread in a scan or estimate: about 1 ms of work each, so single
+#: queries and small batches run on the calling thread (``policy.threads_for``).
+PAIRS_PER_THREAD = 250_000
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,12 @@ def estimate_raw(q: QueryCodes, d: DocCodes) -> np.ndarray:
     out = np.empty((len(q), len(d)), dtype=np.float64)
     if len(q) == 0 or len(d) == 0:
         return out
+    with limit_threads(threads_for(len(q) * len(d), PAIRS_PER_THREAD)):
+        _estimate(q, d, out)
+    return out
+
+
+def _estimate(q: QueryCodes, d: DocCodes, out: np.ndarray) -> None:
     if q.kind == "planes":
         K.estimate_planes(
             q.data,
@@ -129,7 +138,6 @@ def estimate_raw(q: QueryCodes, d: DocCodes) -> np.ndarray:
                 d.is_l2,
                 out[:, start:stop],
             )
-    return out
 
 
 def merge_topk(keys: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -157,12 +165,14 @@ def topk_raw(
     _check_pair(q, d)
     nq = len(q)
     mask = np.empty(0, np.uint8) if allowed is None else np.ascontiguousarray(allowed, np.uint8)
-    chunks = max(1, min(num_threads(), -(-len(d) // K.BLOCK)))
+    threads = threads_for(nq * len(d), PAIRS_PER_THREAD)
+    chunks = max(1, min(threads, -(-len(d) // K.BLOCK)))
     all_keys = np.full((nq, k), -np.inf)
     all_ids = np.full((nq, k), -1, dtype=np.int64)
     for q0 in range(0, nq, QUERY_BATCH):
         qb = q.rows(q0, min(nq, q0 + QUERY_BATCH))
-        keys, ids = _scan(qb, d, k, mask, id_base, chunks)
+        with limit_threads(threads):
+            keys, ids = _scan(qb, d, k, mask, id_base, chunks)
         keys = keys.transpose(1, 0, 2).reshape(len(qb), -1)
         ids = ids.transpose(1, 0, 2).reshape(len(qb), -1)
         keys, ids = merge_topk(keys, ids, k)

@@ -56,9 +56,16 @@ def shared_data() -> Path:
 
 
 @pytest.fixture
-def numba_threads():
-    """``numba_threads(n)`` sets numba's thread count; restored after the test."""
+def numba_threads(monkeypatch):
+    """``numba_threads(n)`` sets numba's thread count; restored after the test.
+
+    The kernels' minimum work per thread is switched off meanwhile, so that the small inputs
+    of a test really run on ``n`` threads (``bbqlib._kernels.policy.WORK_SCALE``).
+    """
+    from bbqlib._kernels import policy
+
     before = numba.get_num_threads()
+    monkeypatch.setattr(policy, "WORK_SCALE", 0.0)
 
     def set_threads(n: int) -> int:
         n = min(n, numba.config.NUMBA_NUM_THREADS)

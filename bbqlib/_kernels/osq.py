@@ -326,7 +326,16 @@ def _row_codes(v, c, a, b, levels, out):
     return ksum
 
 
-@parallel_kernel
+#: Floats per thread: about 0.5 ms of work each (2.7 ns per float with 5 optimizer steps),
+#: so a query batch of a few hundred rows is quantized on the calling thread.
+QUANTIZE_PER_THREAD = 200_000
+
+
+def _quantize_work(X, centroid, bits, iters, *rest) -> int:
+    return X.size * max(1, iters) // 5
+
+
+@parallel_kernel(work=_quantize_work, min_work=QUANTIZE_PER_THREAD)
 def osq_quantize(
     X, centroid, bits, iters, lam, euclidean, codes, lower, upper, additional, component_sum
 ):

@@ -36,7 +36,16 @@ def _score(query, rows, is_l2, cols, t, out_row):
         out_row[cols[t + a]] = values[a]
 
 
-@parallel_kernel
+#: Candidate components (candidates x dimension) per thread: about 0.5 ms of work each
+#: (0.1-0.3 ns per component, rows in cache or not).
+RERANK_PER_THREAD = 2_000_000
+
+
+def _rerank_work(queries, vectors, cand, is_l2, out) -> int:
+    return cand.size * queries.shape[1]
+
+
+@parallel_kernel(work=_rerank_work, min_work=RERANK_PER_THREAD)
 def exact_candidates(queries, vectors, cand, is_l2, out):
     """Exact raw values (d² or ip) of ``queries[q]`` and ``vectors[cand[q, j]]``, float64 sums.
 
