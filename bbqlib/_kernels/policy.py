@@ -139,6 +139,7 @@ _local = threading.local()  # .user: bbqlib.thread_limit; .caps: limit_threads s
 _serial_lock = threading.Lock()
 _layer_ready = False
 _serialize = False  # numba's workqueue layer: one parallel kernel at a time
+_record: set | None = None  # bbqlib.warmup: the parallel kernels a search calls
 _get_mask = numba.get_num_threads
 _set_mask = numba.set_num_threads
 
@@ -238,6 +239,18 @@ def cap_threads(n: int) -> int:
         raise RuntimeError("cap_threads needs an enclosing thread_scope or limit_threads")
     caps[-1] = max(1, min(int(n), caps[-1]))
     return num_threads()
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[set]:
+    """Collect the :class:`ParallelKernel` objects called inside the block (any thread)."""
+    global _record
+    seen: set = set()
+    before, _record = _record, seen
+    try:
+        yield seen
+    finally:
+        _record = before
 
 
 def _ensure_layer() -> None:
@@ -345,6 +358,17 @@ class ParallelKernel:
             self._serial = _compile(self._func, options, self._vectorize, serial_twin=True)
         return self._serial
 
+    def compile_both(self) -> None:
+        """Compile (or load from the cache) the variant not yet built for every signature
+        the other one has: the parallel kernel for the serial twin's types and back."""
+        serial, parallel = self.serial, self.dispatcher
+        for sig in list(serial.signatures):
+            if sig not in parallel.signatures:
+                parallel.compile(sig)
+        for sig in list(parallel.signatures):
+            if sig not in serial.signatures:
+                serial.compile(sig)
+
     def threads(self, *args) -> int:
         """Threads a call with ``args`` would use here and now."""
         _ensure_layer()
@@ -361,6 +385,8 @@ class ParallelKernel:
     def __call__(self, *args):
         if not _layer_ready:
             _ensure_layer()
+        if _record is not None:
+            _record.add(self)
         mask = _get_mask()
         n = self._threads(mask, args)
         if n <= 1:

@@ -947,8 +947,13 @@ class IVFIndex:
         return path
 
     @classmethod
-    def open(cls, path) -> IVFIndex:
+    def open(cls, path, *, preload: bool = False) -> IVFIndex:
         """Open a saved index; only centroids are read into RAM, the rest is memory-mapped.
+
+        ``preload=True`` reads the posting lists into the page cache now (as
+        Elasticsearch's ``index.store.preload``), so that the first searches do not wait for
+        the disk (:func:`bbqlib.io.preload.preload_arrays`); with :func:`bbqlib.warmup` the
+        first query then costs about what later ones do.
 
         Raises ``FileNotFoundError`` when ``path`` holds no index and
         :class:`~bbqlib.CorruptFileError` when a file is missing, truncated or damaged.
@@ -967,6 +972,10 @@ class IVFIndex:
             store_vectors=meta["store_vectors"],
         )
         index._load_files(path)
+        if preload:
+            from ..io.preload import preload_arrays
+
+            preload_arrays(index._postings().values())
         return index
 
     def _load_files(self, path: Path) -> None:
