@@ -277,22 +277,37 @@ def scan_lut(
     chunks = out_keys.shape[0]
     per = (n_blocks + chunks - 1) // chunks
     for c in prange(chunks):
-        dots = np.empty(BLOCK, dtype=np.int32)
-        tile_keys = np.empty(BLOCK, dtype=np.float64)
-        stop = min(n_blocks, (c + 1) * per)
-        for t0 in range(c * per, stop, _BLOCKS_PER_TILE):
-            t1 = min(stop, t0 + _BLOCKS_PER_TILE)
-            row0 = t0 * LANES
-            m = min(n, t1 * LANES) - row0
-            if m <= 0:
-                break
-            for q in range(tables.shape[0]):
-                for b in range(t0, t1):
-                    lut_block_dot(blocks[b], tables[q], planes, pairs, dots[(b - t0) * LANES :])
-                heap_keys = out_keys[c, q]
-                worst = heap_keys[0]
-                if _tile_keys(dots, m, row0, cols, qf[q], dim, cc, is_l2, worst, tile_keys):
-                    _offer_block(heap_keys, out_ids[c, q], tile_keys, m, row0, allowed, id_base)
+        _scan_lut_range(
+            tables, qf, blocks, cols, planes, pairs, n, dim, cc, is_l2, allowed, id_base,
+            out_keys[c], out_ids[c], c * per, min(n_blocks, (c + 1) * per),
+        )  # fmt: skip
+
+
+@kernel
+def _scan_lut_range(
+    tables, qf, blocks, cols, planes, pairs, n, dim, cc, is_l2, allowed, id_base,
+    out_keys, out_ids, start, stop,
+):  # fmt: skip
+    """Blocks ``start:stop`` of :func:`scan_lut` into one set of heaps (``[nq, k]``).
+
+    Not inlined: the multi-threaded scan and its single-threaded twin share this compiled
+    body, and the parallel compiler only wraps a call (a third of the first compile).
+    """
+    dots = np.empty(BLOCK, dtype=np.int32)
+    tile_keys = np.empty(BLOCK, dtype=np.float64)
+    for t0 in range(start, stop, _BLOCKS_PER_TILE):
+        t1 = min(stop, t0 + _BLOCKS_PER_TILE)
+        row0 = t0 * LANES
+        m = min(n, t1 * LANES) - row0
+        if m <= 0:
+            break
+        for q in range(tables.shape[0]):
+            for b in range(t0, t1):
+                lut_block_dot(blocks[b], tables[q], planes, pairs, dots[(b - t0) * LANES :])
+            heap_keys = out_keys[q]
+            worst = heap_keys[0]
+            if _tile_keys(dots, m, row0, cols, qf[q], dim, cc, is_l2, worst, tile_keys):
+                _offer_block(heap_keys, out_ids[q], tile_keys, m, row0, allowed, id_base)
 
 
 @parallel_kernel

@@ -7,7 +7,7 @@ together. The NumPy twin is ``tests/reference/rerank.py``; the two agree bit for
 
 Candidate rows are random reads, so memory latency, not arithmetic, bounds the loop: a query's
 valid candidates are scored 8 at a time, which keeps 8 rows' loads (and 8 accumulator chains)
-in flight, and the last ``m mod 8`` in groups of 4, 2 and 1. On a Xeon (AVX-512), d = 384,
+in flight; the last group is padded with its last row. On a Xeon (AVX-512), d = 384,
 rows of a 93 MB memory map: ~100 ns per random row, ~33 ns per cached row; 4 rows at a time
 took 1.15x as long, one at a time 2.3x, 16 at a time or software prefetch gained nothing.
 """
@@ -19,7 +19,7 @@ import numpy as np
 from .lanes import lane_dots, lane_sqdists
 from .policy import kernel, parallel_kernel, prange
 
-__all__ = ["exact_candidates"]
+__all__ = ["exact_candidates", "exact_dots", "exact_sqdists"]
 
 
 @kernel(inline="always")
@@ -29,11 +29,56 @@ def _row(vectors, ids, cols, t):
 
 
 @kernel(inline="always")
-def _score(query, rows, is_l2, cols, t, out_row):
-    """Values of ``query`` with the tuple ``rows`` into ``out_row[cols[t : t + len(rows)]]``."""
-    values = lane_sqdists(query, rows) if is_l2 else lane_dots(query, rows)
-    for a in range(len(rows)):
-        out_row[cols[t + a]] = values[a]
+def _valid_columns(ids, res, cols) -> int:
+    """Columns of the valid candidates (``ids >= 0``) into ``cols``; ``nan`` for the others."""
+    m = 0
+    for j in range(ids.shape[0]):
+        if ids[j] < 0:
+            res[j] = np.nan
+        else:
+            cols[m] = j
+            m += 1
+    return m
+
+
+@kernel(inline="always")
+def _query_rows(query, vectors, ids, cols, res, is_l2):
+    """Score one query's valid candidates 8 rows at a time (module notes).
+
+    The last group is padded with the last valid row again (its value is computed twice and
+    written once): one 8-row body instead of bodies for 8, 4, 2 and 1 rows, which is what
+    the first compile of this kernel costs. A value does not depend on its group.
+    """
+    m = _valid_columns(ids, res, cols)
+    group = np.empty(8, dtype=np.int64)
+    for t in range(0, m, 8):
+        for a in range(8):
+            group[a] = cols[min(t + a, m - 1)]
+        rows = (
+            _row(vectors, ids, group, 0),
+            _row(vectors, ids, group, 1),
+            _row(vectors, ids, group, 2),
+            _row(vectors, ids, group, 3),
+            _row(vectors, ids, group, 4),
+            _row(vectors, ids, group, 5),
+            _row(vectors, ids, group, 6),
+            _row(vectors, ids, group, 7),
+        )
+        values = lane_sqdists(query, rows) if is_l2 else lane_dots(query, rows)
+        for a in range(min(8, m - t)):
+            res[group[a]] = values[a]
+
+
+@kernel
+def _query_dots(query, vectors, ids, cols, res):
+    """Inner products of one query with its candidates (:func:`_query_rows`)."""
+    _query_rows(query, vectors, ids, cols, res, False)
+
+
+@kernel
+def _query_sqdists(query, vectors, ids, cols, res):
+    """Squared distances of one query to its candidates (:func:`_query_rows`)."""
+    _query_rows(query, vectors, ids, cols, res, True)
 
 
 #: Candidate components (candidates x dimension) per thread: about 0.5 ms of work each
@@ -41,55 +86,36 @@ def _score(query, rows, is_l2, cols, t, out_row):
 RERANK_PER_THREAD = 2_000_000
 
 
-def _rerank_work(queries, vectors, cand, is_l2, out) -> int:
+def _rerank_work(queries, vectors, cand, out) -> int:
     return cand.size * queries.shape[1]
 
 
 @parallel_kernel(work=_rerank_work, min_work=RERANK_PER_THREAD)
-def exact_candidates(queries, vectors, cand, is_l2, out):
+def exact_dots(queries, vectors, cand, out):
+    """Inner products of ``queries[q]`` with ``vectors[cand[q, j]]`` (:func:`exact_candidates`)."""
+    nq, kk = cand.shape
+    valid = np.empty((nq, kk), dtype=np.int64)  # per query, the valid candidates' columns
+    for q in prange(nq):
+        _query_dots(queries[q], vectors, cand[q], valid[q], out[q])
+
+
+@parallel_kernel(work=_rerank_work, min_work=RERANK_PER_THREAD)
+def exact_sqdists(queries, vectors, cand, out):
+    """Squared distances of ``queries[q]`` to ``vectors[cand[q, j]]`` (:func:`exact_candidates`)."""
+    nq, kk = cand.shape
+    valid = np.empty((nq, kk), dtype=np.int64)
+    for q in prange(nq):
+        _query_sqdists(queries[q], vectors, cand[q], valid[q], out[q])
+
+
+def exact_candidates(queries, vectors, cand, is_l2, out) -> None:
     """Exact raw values (d² or ip) of ``queries[q]`` and ``vectors[cand[q, j]]``, float64 sums.
 
     ``queries`` float32 [nq, d] C-contiguous; ``vectors`` float32 or float64 [n, d], any 2-D
     array (a read-only memory map, a view): rows with unit stride are read in place, other
     rows copied. ``cand`` int64 [nq, m]; candidates < 0 (padding) get ``nan``.
+
+    One kernel per similarity kind (:func:`exact_dots`, :func:`exact_sqdists`): a process
+    compiles only the one its index uses.
     """
-    nq, kk = cand.shape
-    valid = np.empty((nq, kk), dtype=np.int64)  # per query, the valid candidates' columns
-    for q in prange(nq):
-        query, ids, cols, res = queries[q], cand[q], valid[q], out[q]
-        m = 0
-        for j in range(kk):
-            if ids[j] < 0:
-                res[j] = np.nan
-            else:
-                cols[m] = j
-                m += 1
-        t = 0
-        while t + 8 <= m:
-            rows = (
-                _row(vectors, ids, cols, t),
-                _row(vectors, ids, cols, t + 1),
-                _row(vectors, ids, cols, t + 2),
-                _row(vectors, ids, cols, t + 3),
-                _row(vectors, ids, cols, t + 4),
-                _row(vectors, ids, cols, t + 5),
-                _row(vectors, ids, cols, t + 6),
-                _row(vectors, ids, cols, t + 7),
-            )
-            _score(query, rows, is_l2, cols, t, res)
-            t += 8
-        if t + 4 <= m:
-            rows4 = (
-                _row(vectors, ids, cols, t),
-                _row(vectors, ids, cols, t + 1),
-                _row(vectors, ids, cols, t + 2),
-                _row(vectors, ids, cols, t + 3),
-            )
-            _score(query, rows4, is_l2, cols, t, res)
-            t += 4
-        if t + 2 <= m:
-            rows2 = (_row(vectors, ids, cols, t), _row(vectors, ids, cols, t + 1))
-            _score(query, rows2, is_l2, cols, t, res)
-            t += 2
-        if t < m:
-            _score(query, (_row(vectors, ids, cols, t),), is_l2, cols, t, res)
+    (exact_sqdists if is_l2 else exact_dots)(queries, vectors, cand, out)
