@@ -77,6 +77,6 @@ def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
     with policy.recording() as kernels:
         index.search(_probe_query(index), k=k, rerank=rerank)
     if batch:
-        for kern in kernels:
-            kern.compile_both()
+        for kern, signatures in kernels.items():
+            kern.compile_both(signatures)
     return time.perf_counter() - t0

@@ -153,6 +153,7 @@ def test_concurrent_callers_get_sequential_results(kind, make_vectors, monkeypat
         index = bbqlib.IVFIndex(bits=1, similarity="cosine", cluster_size=128)
     index.add(X)
     monkeypatch.setattr(policy, "WORK_SCALE", 0.0)
+    monkeypatch.setattr(policy, "COMPILE_PARALLEL_AFTER", 0.0)
     expected = _searches(index, Q)
     results, errors = {}, []
 
@@ -181,6 +182,7 @@ _CONCURRENT = textwrap.dedent(
     from bbqlib._kernels import policy
     from bbqlib._kernels.validation import row_sq_norms
     policy.WORK_SCALE = 0.0
+    policy.COMPILE_PARALLEL_AFTER = 0.0
     X = np.random.default_rng(0).normal(size=(4000, 32)).astype(np.float32)
     ref = np.empty(len(X)); row_sq_norms.serial(X, ref)
     bad = []
@@ -219,3 +221,31 @@ def test_concurrent_parallel_kernels_do_not_abort(layer, tmp_path):
         pytest.skip(f"numba's {layer} layer does not load here")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == [layer, "0"]
+
+
+_TIERED = textwrap.dedent(
+    """
+    import numpy as np
+    from bbqlib._kernels import policy
+    from bbqlib._kernels.validation import row_sq_norms
+    policy.WORK_SCALE = 0.0
+    X = np.ones((64, 8), np.float32); out = np.empty(64)
+    row_sq_norms(X, out)  # wants two threads; nothing compiled, nothing on disk
+    first = (len(row_sq_norms.serial.signatures), len(row_sq_norms.dispatcher.signatures))
+    policy.COMPILE_PARALLEL_AFTER = 0.0
+    row_sq_norms(X, out)  # now worth compiling: the multi-threaded variant is built
+    second = len(row_sq_norms.dispatcher.signatures)
+    print(first, second, out[0])
+    """
+)
+
+
+def test_tiered_compilation_on_an_empty_cache(tmp_path):
+    """A new kernel first runs single-threaded; its multi-threaded variant is compiled when
+    the kernel is hot (here: the threshold is lowered), then used."""
+    env = {"PYTHONPATH": str(ROOT), "BBQLIB_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _TIERED], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "(1, 0) 1 8.0"

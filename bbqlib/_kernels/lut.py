@@ -250,7 +250,18 @@ def _tile_keys(dots, m, row0, cols, qf, dim, cc, is_l2, worst, out):
     return hits
 
 
-@parallel_kernel
+def _scan_lut_one_thread(*args) -> None:
+    """:func:`scan_lut` on the calling thread: its chunks one after the other through the
+    compiled body (no single-threaded twin to compile)."""
+    blocks, out_keys, out_ids = args[2], args[12], args[13]
+    n_blocks = blocks.shape[0]
+    chunks = out_keys.shape[0]
+    per = (n_blocks + chunks - 1) // chunks
+    for c in range(chunks):
+        _scan_lut_range(*args[:12], out_keys[c], out_ids[c], c * per, min(n_blocks, (c + 1) * per))
+
+
+@parallel_kernel(serial=_scan_lut_one_thread)
 def scan_lut(
     tables,
     qf,
@@ -290,8 +301,8 @@ def _scan_lut_range(
 ):  # fmt: skip
     """Blocks ``start:stop`` of :func:`scan_lut` into one set of heaps (``[nq, k]``).
 
-    Not inlined: the multi-threaded scan and its single-threaded twin share this compiled
-    body, and the parallel compiler only wraps a call (a third of the first compile).
+    Not inlined: one compiled body serves the multi-threaded scan and one-thread calls
+    (:func:`_scan_lut_one_thread`), and the parallel compiler only wraps a call.
     """
     dots = np.empty(BLOCK, dtype=np.int32)
     tile_keys = np.empty(BLOCK, dtype=np.float64)

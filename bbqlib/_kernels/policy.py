@@ -39,9 +39,11 @@ import contextlib
 import functools
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import numba
+import numpy as np
 
 from . import cache as _cache
 
@@ -112,6 +114,7 @@ def parallel_kernel(
     vectorize: bool = True,
     work: Callable[..., int] | None = None,
     min_work: int = 1,
+    serial: Callable | None = None,
     **overrides,
 ):
     """Compile a multi-threaded kernel: ``@njit(cache=True, nogil=True, parallel=True)``.
@@ -120,11 +123,14 @@ def parallel_kernel(
     numba dispatcher, for calls from other compiled code). ``work(*args)`` optionally counts
     the kernel's work items for a call and ``min_work`` is the fewest items worth a thread
     (:func:`threads_for`); without ``work`` the kernel takes the threads its callers allow.
+    ``serial(*args)``, optional, does a one-thread call with the same arguments, typically
+    by calling the kernel's (non-inlined) body over the whole range: then no single-threaded
+    twin is compiled (the twin would re-optimize that body, a few tenths of a second).
     """
     options = {"cache": True, "nogil": True, "parallel": True, **overrides}
 
     def build(f):
-        return ParallelKernel(f, options, vectorize, work, min_work)
+        return ParallelKernel(f, options, vectorize, work, min_work, serial)
 
     return build if func is None else build(func)
 
@@ -139,7 +145,7 @@ _local = threading.local()  # .user: bbqlib.thread_limit; .caps: limit_threads s
 _serial_lock = threading.Lock()
 _layer_ready = False
 _serialize = False  # numba's workqueue layer: one parallel kernel at a time
-_record: set | None = None  # bbqlib.warmup: the parallel kernels a search calls
+_record: dict | None = None  # bbqlib.warmup: parallel kernel -> argument types it got
 _get_mask = numba.get_num_threads
 _set_mask = numba.set_num_threads
 
@@ -242,10 +248,11 @@ def cap_threads(n: int) -> int:
 
 
 @contextlib.contextmanager
-def recording() -> Iterator[set]:
-    """Collect the :class:`ParallelKernel` objects called inside the block (any thread)."""
+def recording() -> Iterator[dict]:
+    """Collect the :class:`ParallelKernel` objects called inside the block (any thread),
+    each with the argument types it was called with."""
     global _record
-    seen: set = set()
+    seen: dict = {}
     before, _record = _record, seen
     try:
         yield seen
@@ -329,6 +336,44 @@ def threading_layer() -> str:
     return numba.threading_layer()
 
 
+#: Tiered compilation: a multi-threaded variant that is neither compiled in this process nor
+#: in the disk cache is compiled once its kernel has spent this many seconds running
+#: single-threaded in calls that wanted more threads (its compile costs about as much).
+#: Until then such calls run single-threaded. ``bbqlib.warmup(index)`` compiles at once;
+#: tests set 0 (``tests/conftest.py``).
+COMPILE_PARALLEL_AFTER = 2.0
+
+
+def _type_key(args) -> tuple:
+    """A cheap key that separates argument lists numba would type differently."""
+    key = []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            f = a.flags
+            key.append((a.dtype.str, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable))
+        else:
+            key.append(type(a))
+    return tuple(key)
+
+
+def _load_cached(dispatcher, sig) -> bool:
+    """Install ``sig`` from the disk cache if it is there (never compiles): numba's own
+    ``Dispatcher.compile`` steps up to its cache lookup."""
+    from numba.core.compiler_lock import global_compiler_lock
+
+    with global_compiler_lock:
+        if tuple(sig) in dispatcher.overloads:
+            return True
+        cres = dispatcher._cache.load_overload(sig, dispatcher.targetctx)
+        if cres is None:
+            return False
+        dispatcher._cache_hits[sig] += 1
+        if not cres.objectmode:
+            dispatcher.targetctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
+        dispatcher.add_overload(cres)
+        return True
+
+
 class ParallelKernel:
     """A parallel numba kernel called with bbqlib's thread policy (see the module notes).
 
@@ -338,36 +383,48 @@ class ParallelKernel:
     ``parallel=True`` (compiled on first use, cached apart): it costs no threading-layer
     call, cannot wait on a busy core, is safe under any layer, and compiles faster.
     Attributes not defined here come from the parallel dispatcher.
+
+    Compilation is tiered (:data:`COMPILE_PARALLEL_AFTER`): the multi-threaded variant costs
+    about twice the single-threaded one to compile (numba re-optimizes the kernel body inside
+    the parallel wrapper), so on an empty cache the first calls run single-threaded and the
+    variant is compiled once the kernel has proven hot; from the disk cache it is used at once.
     """
 
-    def __init__(self, func, options: dict, vectorize: bool, work, min_work: float):
+    def __init__(self, func, options: dict, vectorize: bool, work, min_work: float, serial=None):
         self._func = func
         self._options = options
         self._vectorize = vectorize
         self.dispatcher = _compile(func, options, vectorize)
-        self._serial = None
+        self._serial = serial
         self._work = work
         self._min_work = float(min_work)
+        self._ready: dict = {}  # type key -> True (parallel variant usable) / False (not yet)
+        self._serial_seconds = 0.0  # single-threaded time of calls that wanted threads
         functools.update_wrapper(self, func, updated=())
 
     @property
     def serial(self):
-        """The single-threaded twin (``prange`` runs as ``range``)."""
+        """The one-thread path: the ``serial=`` function given to :func:`parallel_kernel`,
+        else the single-threaded twin (``prange`` runs as ``range``)."""
         if self._serial is None:
             options = {k: v for k, v in self._options.items() if k != "parallel"}
             self._serial = _compile(self._func, options, self._vectorize, serial_twin=True)
         return self._serial
 
-    def compile_both(self) -> None:
-        """Compile (or load from the cache) the variant not yet built for every signature
-        the other one has: the parallel kernel for the serial twin's types and back."""
+    def compile_both(self, signatures=()) -> None:
+        """Compile (or load from the cache) both variants for ``signatures`` (argument type
+        tuples) and for every signature either variant already has."""
         serial, parallel = self.serial, self.dispatcher
-        for sig in list(serial.signatures):
+        twin = hasattr(serial, "signatures")  # else a Python function over compiled bodies
+        sigs = set(signatures) | set(parallel.signatures)
+        if twin:
+            sigs |= set(serial.signatures)
+        for sig in sigs:
             if sig not in parallel.signatures:
                 parallel.compile(sig)
-        for sig in list(parallel.signatures):
-            if sig not in serial.signatures:
+            if twin and sig not in serial.signatures:
                 serial.compile(sig)
+        self._ready.clear()  # looked up again (now compiled) at the next call
 
     def threads(self, *args) -> int:
         """Threads a call with ``args`` would use here and now."""
@@ -386,16 +443,38 @@ class ParallelKernel:
         if not _layer_ready:
             _ensure_layer()
         if _record is not None:
-            _record.add(self)
+            sig = tuple(self.dispatcher.typeof_pyval(a) for a in args)
+            _record.setdefault(self, set()).add(sig)
         mask = _get_mask()
         n = self._threads(mask, args)
         if n <= 1:
             serial = self._serial if self._serial is not None else self.serial
             return serial(*args)
+        key = _type_key(args)
+        if self._ready.get(key) is not True and not self._make_ready(key, args):
+            t0 = time.perf_counter()
+            try:
+                return self.serial(*args)
+            finally:
+                self._serial_seconds += time.perf_counter() - t0
         if _serialize:
             with _serial_lock:
                 return self._run(n, mask, args)
         return self._run(n, mask, args)
+
+    def _make_ready(self, key, args) -> bool:
+        """Is the multi-threaded variant usable for these argument types (compiled here, in
+        the disk cache, or worth compiling now)?"""
+        disp = self.dispatcher
+        if self._serial_seconds >= COMPILE_PARALLEL_AFTER:
+            disp.compile(tuple(disp.typeof_pyval(a) for a in args))
+            self._ready[key] = True
+            return True
+        if key in self._ready:  # looked up before: not on disk
+            return False
+        sig = tuple(disp.typeof_pyval(a) for a in args)
+        self._ready[key] = _load_cached(disp, sig)
+        return self._ready[key]
 
     def _run(self, n: int, mask: int, args):
         if n == mask:

@@ -70,15 +70,29 @@ def _query_rows(query, vectors, ids, cols, res, is_l2):
 
 
 @kernel
-def _query_dots(query, vectors, ids, cols, res):
-    """Inner products of one query with its candidates (:func:`_query_rows`)."""
-    _query_rows(query, vectors, ids, cols, res, False)
+def _dots_range(queries, vectors, cand, valid, out, q0, q1):
+    """Inner products of queries ``q0:q1`` with their candidates (:func:`_query_rows`).
+
+    Not inlined: one compiled body serves the multi-threaded kernel (a call per query) and
+    one-thread calls (all queries), so neither compiles the lane code twice.
+    """
+    for q in range(q0, q1):
+        _query_rows(queries[q], vectors, cand[q], valid[q], out[q], False)
 
 
 @kernel
-def _query_sqdists(query, vectors, ids, cols, res):
-    """Squared distances of one query to its candidates (:func:`_query_rows`)."""
-    _query_rows(query, vectors, ids, cols, res, True)
+def _sqdists_range(queries, vectors, cand, valid, out, q0, q1):
+    """Squared distances of queries ``q0:q1`` to their candidates (:func:`_query_rows`)."""
+    for q in range(q0, q1):
+        _query_rows(queries[q], vectors, cand[q], valid[q], out[q], True)
+
+
+def _dots_one_thread(queries, vectors, cand, out) -> None:
+    _dots_range(queries, vectors, cand, np.empty(cand.shape, np.int64), out, 0, cand.shape[0])
+
+
+def _sqdists_one_thread(queries, vectors, cand, out) -> None:
+    _sqdists_range(queries, vectors, cand, np.empty(cand.shape, np.int64), out, 0, cand.shape[0])
 
 
 #: Candidate components (candidates x dimension) per thread: about 0.5 ms of work each
@@ -90,22 +104,22 @@ def _rerank_work(queries, vectors, cand, out) -> int:
     return cand.size * queries.shape[1]
 
 
-@parallel_kernel(work=_rerank_work, min_work=RERANK_PER_THREAD)
+@parallel_kernel(work=_rerank_work, min_work=RERANK_PER_THREAD, serial=_dots_one_thread)
 def exact_dots(queries, vectors, cand, out):
     """Inner products of ``queries[q]`` with ``vectors[cand[q, j]]`` (:func:`exact_candidates`)."""
     nq, kk = cand.shape
     valid = np.empty((nq, kk), dtype=np.int64)  # per query, the valid candidates' columns
     for q in prange(nq):
-        _query_dots(queries[q], vectors, cand[q], valid[q], out[q])
+        _dots_range(queries, vectors, cand, valid, out, q, q + 1)
 
 
-@parallel_kernel(work=_rerank_work, min_work=RERANK_PER_THREAD)
+@parallel_kernel(work=_rerank_work, min_work=RERANK_PER_THREAD, serial=_sqdists_one_thread)
 def exact_sqdists(queries, vectors, cand, out):
     """Squared distances of ``queries[q]`` to ``vectors[cand[q, j]]`` (:func:`exact_candidates`)."""
     nq, kk = cand.shape
     valid = np.empty((nq, kk), dtype=np.int64)
     for q in prange(nq):
-        _query_sqdists(queries[q], vectors, cand[q], valid[q], out[q])
+        _sqdists_range(queries, vectors, cand, valid, out, q, q + 1)
 
 
 def exact_candidates(queries, vectors, cand, is_l2, out) -> None:
