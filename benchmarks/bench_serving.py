@@ -459,14 +459,15 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown sections {sorted(unknown)}; choose from {sorted(SECTIONS)}")
     done = {}
+    cmd = "python benchmarks/bench_serving.py " + " ".join(argv or sys.argv[1:])
     for name in names:
         print(f"== {name}", flush=True)
+        started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         tables, notes = SECTIONS[name](args)
-        text = f"## {name}\n\n" + "\n\n".join(tables) + "\n"
+        text = f"## {name}\n\n`{cmd.strip()}`, started {started}\n\n" + "\n\n".join(tables) + "\n"
         if notes:
             text += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
         done[name] = text
-    cmd = "python benchmarks/bench_serving.py " + " ".join(argv or sys.argv[1:])
     _merge(Path(args.out), done, cmd.strip())
     print(f"wrote {args.out}")
     return 0
