@@ -12,9 +12,12 @@ caching, threading and fastmath flags stay uniform.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numba
 
-__all__ = ["kernel", "parallel_kernel", "prange", "num_threads"]
+__all__ = ["kernel", "parallel_kernel", "prange", "num_threads", "set_threads", "threads"]
 
 prange = numba.prange
 
@@ -69,3 +72,26 @@ def parallel_kernel(func=None, *, vectorize: bool = True, **overrides):
 def num_threads() -> int:
     """Threads numba will use for ``parallel_kernel`` calls (``numba.set_num_threads`` sets it)."""
     return numba.get_num_threads()
+
+
+def set_threads(n: int | None) -> int:
+    """Threads for ``parallel_kernel`` calls made from the calling Python thread.
+
+    ``n`` is clipped to ``[1, NUMBA_NUM_THREADS]``; ``None`` takes them all. numba keeps this
+    count per Python thread (other threads keep theirs) and the threading layer is left as it
+    is. Returns the previous count, so a caller can put it back.
+    """
+    previous = numba.get_num_threads()
+    limit = numba.config.NUMBA_NUM_THREADS
+    numba.set_num_threads(limit if n is None else max(1, min(int(n), limit)))
+    return previous
+
+
+@contextmanager
+def threads(n: int | None) -> Iterator[int]:
+    """``with threads(1): ...`` runs the block's kernels on ``n`` threads, then restores."""
+    previous = set_threads(n)
+    try:
+        yield numba.get_num_threads()
+    finally:
+        numba.set_num_threads(previous)
