@@ -188,6 +188,9 @@ def test_one_thread_for_queries_all_for_batches(numba_threads, monkeypatch):
     algo.batch_query(Q, 10)
     assert seen == [1, numba.config.NUMBA_NUM_THREADS]
     assert numba.get_num_threads() == 1
+    algo.batch_threads = 1  # a caller that measures batches on one thread
+    algo.batch_query(Q, 10)
+    assert seen[-1] == 1 and numba.get_num_threads() == 1
     algo.done()
     assert numba.get_num_threads() == 2
 

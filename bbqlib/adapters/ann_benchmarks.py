@@ -30,8 +30,9 @@ They behave like the harness's own wrappers (``ann_benchmarks/algorithms/*/modul
   first rows, then searches the real one, so numba's kernels are compiled (or loaded from the
   cache) inside the build time; the memory that costs is reported as ``warm_up_kb``;
 * **one thread**: ``fit`` builds on numba's threads (as hnswlib and faiss build on theirs),
-  then pins the calling thread to one for :meth:`~_BaseANN.query`; :meth:`~_BaseANN.batch_query`
-  (the harness's ``--batch``, which hands the container every CPU) uses all of them;
+  then pins the calling thread to one for :meth:`~_BaseANN.query`, as the harness's hnswlib and
+  faiss HNSW wrappers pin theirs; :meth:`~_BaseANN.batch_query` (the harness's ``--batch``,
+  which hands the container every CPU) uses all of them, or ``batch_threads`` if set;
   :meth:`~_BaseANN.done` restores the caller's thread count;
 * **input**: any real numeric array (int32/int64 as in MNIST-style sets, float64, float16) is
   converted to float32, as the harness's faiss and hnswlib wrappers do; the caller's arrays
@@ -146,6 +147,9 @@ class _BaseANN:
         self.res: list[np.ndarray] = []
         self._caller_threads: int | None = None
         self.warm_up_kb = 0.0
+        #: numba (and usearch) threads of :meth:`batch_query`; None: all of them, as the
+        #: harness's ``--batch`` mode hands the algorithm every CPU.
+        self.batch_threads: int | None = None
 
     # -- to implement -----------------------------------------------------------------------
     def _build(self, X: np.ndarray) -> None:  # pragma: no cover - abstract
@@ -190,8 +194,8 @@ class _BaseANN:
     def _warm_up_queries(self, X: np.ndarray) -> None:
         """The two shapes the harness sends: a small batch on all threads, one query on one."""
         k = min(10, len(self.index))
-        with threads(None):
-            self._set_search_threads(None)
+        with threads(self.batch_threads):
+            self._set_search_threads(self.batch_threads)
             self._search(X[:3], k)
         with threads(1):
             self._set_search_threads(1)
@@ -206,9 +210,10 @@ class _BaseANN:
         return ids[ids >= 0]
 
     def batch_query(self, X, n: int) -> None:
-        """Search all queries at once on every thread; :meth:`get_batch_results` has the ids."""
-        previous = set_threads(None)
-        self._set_search_threads(None)
+        """Search all queries at once on :attr:`batch_threads` threads (default all of them);
+        :meth:`get_batch_results` returns the ids."""
+        previous = set_threads(self.batch_threads)
+        self._set_search_threads(self.batch_threads)
         try:
             ids = self._search(_as_float32(X, "X"), int(n))
         finally:
