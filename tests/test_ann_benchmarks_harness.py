@@ -20,6 +20,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bbqlib.adapters.ann_benchmarks_plugin import DEFINITIONS, MODULE, register_dataset
@@ -170,3 +171,22 @@ def test_results_carry_the_code_size(harness):
             assert f.attrs["index_bytes_per_vector"] > 0
             assert f.attrs["index_size"] > 0
             assert f.attrs["count"] == 10 and f.attrs["batch_mode"] == False  # noqa: E712
+
+
+def test_bbqlib_reads_the_harness_files(harness):
+    """The data set file the harness's write_output made reads back with bbqlib.io."""
+    pytest.importorskip("h5py")
+    from bbqlib.io import read_ann_benchmarks, read_ann_benchmarks_metric
+
+    root, _, _ = harness
+    path = root / "data" / "bbqlib-demo-384-angular.hdf5"
+    train, test, neighbors, distances = read_ann_benchmarks(path)
+    assert neighbors.dtype == np.int64 and distances.dtype == np.float64  # not int32/float32
+    assert train.dtype == np.float32 and neighbors.shape == (N_QUERIES, 10)
+    assert read_ann_benchmarks_metric(path) == "angular"
+    sample = load_demo_sample()
+    np.testing.assert_array_equal(train, sample["base"])
+    unit = sample["base"] / np.linalg.norm(sample["base"], axis=1, keepdims=True)
+    q = test / np.linalg.norm(test, axis=1, keepdims=True)
+    best = np.argmax(q @ unit.T, axis=1)
+    assert np.mean(best == neighbors[:, 0]) > 0.99
