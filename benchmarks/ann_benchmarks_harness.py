@@ -34,6 +34,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -124,12 +125,18 @@ def _loadavg() -> str:
     return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def prepare(workdir: Path, n_queries: int) -> Path:
-    """Steps 1-3: the harness copy with the plugin and the data set."""
+def prepare(workdir: Path, n_queries: int, resume: bool = False) -> Path:
+    """Steps 1-3: the harness copy with the plugin and the data set.
+
+    ``resume`` keeps an earlier copy, its data set and results (the plugin is written again).
+    """
     source = PEERS / "ann-benchmarks"
     if not (source / "run_algorithm.py").is_file():
         raise SystemExit(f"ann-benchmarks source not found at {source} (set BBQLIB_PEERS)")
     root = workdir / "ann-benchmarks"
+    if resume and (root / "data" / f"{DATASET}.hdf5").is_file():
+        print(_python(["-m", "bbqlib", "ann-benchmarks-plugin", root], cwd=REPO), flush=True)
+        return root
     if root.exists():
         shutil.rmtree(root)
     shutil.copytree(source, root, ignore=shutil.ignore_patterns(".git", "data", "results"))
@@ -152,6 +159,12 @@ def definitions(root: Path) -> list[dict]:
         ):
             keep.append(d)
     return keep
+
+
+def result_path(root: Path, d: dict, query_args) -> Path:
+    """Where the harness stores one run (``ann_benchmarks.results.build_result_filepath``)."""
+    data = re.sub(r"\W+", "_", json.dumps(d["arguments"] + query_args, sort_keys=True))
+    return root / "results" / DATASET / "10" / d["algorithm"] / (data.strip("_") + ".hdf5")
 
 
 def run_definition(root: Path, d: dict, query_args, runs: int, log, env=None) -> float:
@@ -232,7 +245,7 @@ def run_table(args) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     load_start = _loadavg()
     t_start = time.perf_counter()
-    root = prepare(workdir, args.queries)
+    root = prepare(workdir, args.queries, resume=args.resume)
     # Step 4: numba's cache filled once, as `docker build` does for the plugin's image.
     t0 = time.perf_counter()
     _python(
@@ -248,8 +261,11 @@ def run_table(args) -> int:
             if (key := (d["algorithm"], json.dumps(d["arguments"][1:]))) in quick
         ]
     walls = []
-    with open(workdir / "run.log", "w") as log:
+    with open(workdir / "run.log", "a") as log:
         for d in todo:
+            if args.resume and all(result_path(root, d, q).is_file() for q in d["query_args"]):
+                print(f"{d['algorithm']} {d['arguments']}: results kept", flush=True)
+                continue
             print(f"{d['algorithm']} {d['arguments']} ({_loadavg()})", flush=True)
             wall = run_definition(root, d, d["query_args"], args.runs, log)
             walls.append((d["algorithm"], d["arguments"], wall))
@@ -329,6 +345,8 @@ def run_table(args) -> int:
         cmd += f" --queries {args.queries}"
     if args.runs != 3:
         cmd += f" --runs {args.runs}"
+    if args.resume:
+        cmd += "  # --resume: results of an interrupted run kept, the missing ones run"
     out = Path(args.out) / ("ann_benchmarks_quick.md" if args.quick else "ann_benchmarks.md")
     md = _common.write_result(
         out,
@@ -448,6 +466,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cold", action="store_true", help="first-query times, empty numba cache")
     ap.add_argument("--before", help="with --cold: also bbqlib at this git revision")
     ap.add_argument("--repeats", type=int, default=1, help="with --cold: repeats")
+    ap.add_argument(
+        "--resume", action="store_true", help="keep the workdir's results, run what is missing"
+    )
     ap.add_argument(
         "--workdir", default=str(Path(tempfile.gettempdir()) / "bbqlib-ann-benchmarks-harness")
     )
