@@ -1,7 +1,8 @@
-"""Command line: ``python -m bbqlib demo`` and ``python -m bbqlib eval``.
+"""Command line: ``python -m bbqlib demo``, ``eval`` and ``ann-benchmarks-plugin``.
 
 ``demo`` runs on the sample bundled in the package (4,000 Debian package descriptions embedded
-with all-MiniLM-L6-v2, 200 held-out queries); ``eval`` runs the same table on your vectors.
+with all-MiniLM-L6-v2, 200 held-out queries); ``eval`` runs the same table on your vectors;
+``ann-benchmarks-plugin HARNESS_DIR`` installs bbqlib into an ann-benchmarks checkout.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from importlib import resources
 
 import numpy as np
 
+from .adapters import ann_benchmarks_plugin
 from .analysis.ground_truth import exact_knn
 from .analysis.recall import recall_at_k
 from .index import FlatIndex
@@ -147,8 +149,11 @@ def main(argv=None) -> int:
     ev.add_argument("--bits", default="1,2,4,7", help="comma-separated doc bit widths")
     ev.add_argument("--k", type=int, default=10)
     ev.add_argument("--max-queries", type=int, default=0, help="use only the first N queries")
+    ann_benchmarks_plugin.add_subcommand(sub)
     args = parser.parse_args(argv)
     try:
+        if hasattr(args, "func"):
+            return args.func(args)
         return _demo(args) if args.command == "demo" else _eval(args)
     except (ValueError, TypeError, FileNotFoundError) as err:
         print(f"bbqlib: error: {err}", file=sys.stderr)

@@ -59,6 +59,8 @@ __all__ = [
     "cap_threads",
     "ParallelKernel",
     "threading_layer",
+    "set_threads",
+    "threads",
 ]
 
 prange = numba.prange
@@ -492,3 +494,26 @@ class ParallelKernel:
 
     def __repr__(self) -> str:
         return f"ParallelKernel({self._func.__module__}.{self._func.__qualname__})"
+
+
+def set_threads(n: int | None) -> int:
+    """Threads for ``parallel_kernel`` calls made from the calling Python thread.
+
+    ``n`` is clipped to ``[1, NUMBA_NUM_THREADS]``; ``None`` takes them all. numba keeps this
+    count per Python thread (other threads keep theirs) and the threading layer is left as it
+    is. Returns the previous count, so a caller can put it back.
+    """
+    previous = numba.get_num_threads()
+    limit = numba.config.NUMBA_NUM_THREADS
+    numba.set_num_threads(limit if n is None else max(1, min(int(n), limit)))
+    return previous
+
+
+@contextlib.contextmanager
+def threads(n: int | None) -> Iterator[int]:
+    """``with threads(1): ...`` runs the block's kernels on ``n`` threads, then restores."""
+    previous = set_threads(n)
+    try:
+        yield numba.get_num_threads()
+    finally:
+        numba.set_num_threads(previous)
