@@ -56,7 +56,7 @@ def evaluate(
     sim = resolve_similarity(similarity)
     if gt_ids is None:
         metric = "l2" if sim.is_distance else ("cosine" if sim.value == "cosine" else "ip")
-        gt_ids, _ = exact_knn(base, queries, k, metric=metric)
+        _, gt_ids = exact_knn(base, queries, k, metric=metric, scores_first=True)
     rows, indexes = [], {}
     for b in tqdm(bits, desc="encodings", disable=not progress, leave=False):
         index = FlatIndex(bits=b, similarity=sim.value)
