@@ -7,6 +7,7 @@ on float vectors. See the README for a tour.
 
 from ._load import load
 from ._validation import NotFittedError
+from ._version import __version__
 from .encoding import ENCODINGS, Encoding, get_encoding
 from .index import FlatIndex, IVFIndex
 from .io.container import CorruptFileError
@@ -18,8 +19,6 @@ from .quantizers import (
     ScalarQuantizer,
 )
 from .similarity import Similarity
-
-__version__ = "0.1.0"
 
 __all__ = [
     "BBQQuantizer",
