@@ -14,15 +14,15 @@ importing ann-benchmarks (it is not on PyPI), so an ``algos.yaml`` entry can poi
       run-groups:
         one-bit: {args: [[1]], query-args: [[1, 2, 3, 5, 10]]}
 
-=================  ==========================================  ===========================
-class              build arguments                             query arguments
-=================  ==========================================  ===========================
-:class:`BBQFlat`   ``metric, bits=1``                          ``oversample``
-:class:`BBQIVF`    ``metric, bits=1, cluster_size=384``        ``visit_percentage``,
-                                                               ``oversample=None``
-:class:`BBQUSearch`  ``metric, bits=1, connectivity=16,         ``expansion_search``,
-                   expansion_add=128``                         ``oversample=None``
-=================  ==========================================  ===========================
+====================  ======================================  ===========================
+class                 build arguments                         query arguments
+====================  ======================================  ===========================
+:class:`BBQFlat`      ``metric, bits=1``                      ``oversample``
+:class:`BBQIVF`       ``metric, bits=1, cluster_size=384``    ``visit_percentage``,
+                                                              ``oversample=None``
+:class:`BBQUSearch`   ``metric, bits=1, connectivity=16,      ``expansion_search``,
+                      expansion_add=128``                     ``oversample=None``
+====================  ======================================  ===========================
 
 Metrics: ``"angular"`` → cosine, ``"euclidean"`` → euclidean, ``"dot"`` / ``"ip"`` →
 max_inner_product. :class:`BBQIVF` needs :mod:`bbqlib.index.ivf`; :class:`BBQUSearch` needs

@@ -57,7 +57,7 @@ class BlockPreconditioner(Transform):
         Effective block size ``min(dim, block_dim)``.
     block_sizes_ : list of int
         ``ceil(dim / block_dim_)`` sizes: full blocks, then ``dim % block_dim_`` if non-zero.
-    blocks_ : ndarray (n_full, block_dim_, block_dim_), float32
+    blocks_ : ndarray ``(n_full, block_dim_, block_dim_)``, float32
         The full blocks, each with orthonormal rows.
     remainder_block_ : ndarray (rem, rem), float32
         The last, smaller block (shape (0, 0) when ``dim % block_dim_ == 0``).
