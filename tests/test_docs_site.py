@@ -179,3 +179,18 @@ def test_api_page(chromium, site_url, screenshot_dir, tmp_path):
 def test_api_index_lists_the_public_modules(chromium, site_url, tmp_path):
     page = _open_page(chromium, site_url, "api/index.html", tmp_path)
     assert ("h1", "API reference") in page.headings, page.headings
+
+
+def test_site_cites_no_files_outside_the_repository():
+    """The pages (docstrings included) cite papers and Lucene classes, not the development
+    notes kept beside the repository (``../shared/spec``)."""
+    if not (SITE / "index.html").is_file():
+        _missing(f"built docs not found at {SITE}")
+    offenders = []
+    for page in SITE.rglob("*.html"):
+        if "_modules" in page.parts:  # highlighted source code, comments included
+            continue
+        text = page.read_text(encoding="utf-8")
+        if "spec §" in text or "shared/spec" in text or "(spec " in text:
+            offenders.append(str(page.relative_to(SITE)))
+    assert not offenders, offenders

@@ -67,8 +67,9 @@ class BlockPreconditioner(Transform):
 
     Notes
     -----
-    ``out[off_j + r] = Σ_k M_j[r, k] · x[P_j[k]]`` (spec §5). Draw order from one generator:
-    each block's Gaussian matrix in order, then the permutation. Each block's rows are
+    ``out[off_j + r] = Σ_k M_j[r, k] · x[P_j[k]]``, as Elasticsearch's diskbbq
+    ``Preconditioner`` (``createPreconditioner(dim, blockDim)``). Draw order from one
+    generator: each block's Gaussian matrix in order, then the permutation. Each block's rows are
     orthonormalized by modified Gram–Schmidt in float64, then stored as float32. Cost per
     vector: O(dim · block_dim).
     """

@@ -8,6 +8,8 @@
   become links to the repository, so the Markdown reads the same on GitHub and on the site.
 * Optional guides (``lucene.md``, written separately) join the toctree of ``guides.md`` when
   present.
+* Docstrings citing sections of the development notes (``(spec §6.7)``), which are not part of
+  the repository, render without those citations.
 """
 
 from __future__ import annotations
@@ -140,7 +142,17 @@ def _source_read(app, docname: str, source: list[str]) -> None:
     source[0] = text
 
 
+#: "(spec §6.7)", "(spec §1.2, §2.5)", "(spec ``rabitq.md`` §1.4)": citations of notes kept
+#: outside the repository (the source keeps them for developers; the site drops them).
+_SPEC_CITATION = re.compile(r"\s*\(spec(?: ``[^`]+``)? §[^)]*\)")
+
+
+def _drop_spec_citations(app, what, name, obj, options, lines: list[str]) -> None:
+    lines[:] = [_SPEC_CITATION.sub("", line) for line in lines]
+
+
 def setup(app):
+    app.connect("autodoc-process-docstring", _drop_spec_citations, priority=100)
     # The API pages and the notebook copies are written by conf.py when it is read, before
     # Sphinx lists the source files (autosummary only sees pages that exist by then).
     app.connect("source-read", _source_read)
