@@ -73,7 +73,10 @@ def test_thread_limit_is_per_thread_and_set_num_threads_is_global():
     def other(key):
         seen[key] = bbqlib.get_num_threads()
 
-    top = bbqlib.get_num_threads()
+    t = threading.Thread(target=other, args=("fresh",))  # what a new thread gets
+    t.start()
+    t.join()
+    top = seen.pop("fresh")
     with bbqlib.thread_limit(1):
         t = threading.Thread(target=other, args=("limit",))
         t.start()
