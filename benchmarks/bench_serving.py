@@ -19,6 +19,11 @@ so sections can be run, and added, separately):
   ``FlatIndex(bits=1)`` on the bundled sample (target: first search <= 3 s), and the compile
   time of each kernel.
 
+* ``latency`` - one query per call (``benchmarks/serving_latency.py``): p50 / p99 at recall
+  0.90 and 0.95 for bbqlib IVF, faiss IVF-RaBitQ + refine, hnswlib and faiss HNSWFlat on
+  debian-minilm-384 and 1M synthetic clustered vectors; two Python threads vs one; the
+  FlatIndex per-call time above its scan.
+
 Run from the repository root::
 
     python benchmarks/bench_serving.py [--sections contention,startup] [--quick]
@@ -46,7 +51,7 @@ import _common  # noqa: E402
 
 ROOT = _common.repo_root()
 RESULT = ROOT / "benchmarks" / "results" / "serving.md"
-TITLE = "Serving: threads under contention, start-up"
+TITLE = "Serving: single-query latency, threads under contention, start-up"
 
 
 # ============================================================================ helpers
@@ -417,7 +422,13 @@ def startup_section(args) -> tuple[list[str], list[str]]:
 
 
 # ============================================================================ main
-SECTIONS = {"contention": contention_section, "startup": startup_section}
+from serving_latency import latency_section  # noqa: E402
+
+SECTIONS = {
+    "contention": contention_section,
+    "startup": startup_section,
+    "latency": latency_section,
+}
 
 
 def _merge(path: Path, new: dict[str, str], command: str) -> None:
@@ -437,6 +448,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sections", default=",".join(SECTIONS))
     ap.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
+    ap.add_argument("--no-1m", action="store_true", help="latency: debian only, no 1M set")
+    ap.add_argument("--workdir", default="/tmp/bbqlib-serving", help="latency: 1M data cache")
     ap.add_argument("--out", default=str(RESULT))
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
