@@ -20,6 +20,8 @@ from .quantizers import (
     ScalarQuantizer,
 )
 from .similarity import Similarity
+from .threads import get_num_threads, set_num_threads, thread_limit
+from .warmup import warmup
 
 __all__ = [
     "BBQQuantizer",
@@ -38,7 +40,11 @@ __all__ = [
     "UnsupportedFormatError",
     "encoding_from_wire",
     "get_encoding",
+    "get_num_threads",
     "load",
     "repair",
+    "set_num_threads",
+    "thread_limit",
+    "warmup",
     "__version__",
 ]

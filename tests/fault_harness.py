@@ -42,7 +42,7 @@ def unit_rows(n: int, d: int, seed: int) -> np.ndarray:
     return (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
 
 
-def small_ivf(path=None, n: int = 1200, d: int = 24, seed: int = 0, **kwargs):
+def small_ivf(path=None, n: int = 1200, d: int = 24, seed: int = 0, ids=None, **kwargs):
     index = bbqlib.IVFIndex(
         bits=kwargs.pop("bits", 1),
         similarity=kwargs.pop("similarity", "cosine"),
@@ -51,7 +51,7 @@ def small_ivf(path=None, n: int = 1200, d: int = 24, seed: int = 0, **kwargs):
         path=path,
         **kwargs,
     )
-    index.add(unit_rows(n, d, seed))
+    index.add(unit_rows(n, d, seed), ids=ids)
     return index
 
 
@@ -140,7 +140,9 @@ class FlatTarget:
         X = unit_rows(300, 20, seed)
         self.Q = unit_rows(6, 20, seed + 1)
         index = bbqlib.FlatIndex(bits=1, similarity="cosine")
-        index.add(X)
+        ids = np.random.default_rng(seed).choice(2**40, size=len(X), replace=False)
+        index.add(X, ids=ids)  # custom ids and tombstones: the ids/deleted sections too
+        index.delete(ids[[4, 9]])
         self.path = workdir / "flat.bbq"
         index.save(self.path)
         self.original = self.path.read_bytes()
@@ -168,8 +170,8 @@ class IVFTarget:
         self.dir = workdir / "ivf"
         self.Q = unit_rows(5, 24, seed + 1)
         self.more = unit_rows(20, 24, seed + 2)
-        index = small_ivf(n=900, seed=seed)
-        index.delete(np.array([1, 2]))
+        index = small_ivf(n=900, seed=seed, ids=np.arange(900) * 7 + 10**9)  # row_ids too
+        index.delete(np.array([1, 2]) * 7 + 10**9)
         index.save(self.dir)
         self.files = snapshot_files(self.dir)
         self.names = sorted(self.files)

@@ -108,6 +108,51 @@ def test_flat_concurrent_adds_and_searches():
     np.testing.assert_array_equal(ids[:, 0], np.arange(n))
 
 
+def test_flat_adds_and_deletes_by_id_during_searches():
+    """``add(X, ids=)`` and ``delete`` take the writer lock: a search sees the ids, codes,
+    vectors and tombstones of one moment (never a deleted id, never an id not issued)."""
+    d = 16
+    pool = unit_rows(8_000, d, 4)
+    index = bbqlib.FlatIndex(bits=2, similarity="euclidean")
+
+    def ident(rows):
+        return np.asarray(rows, dtype=np.int64) * 5 + 3
+
+    index.add(pool[:400], ids=ident(np.arange(400)))
+    added, deleted = [400], []
+    rng_w = np.random.default_rng(12)
+
+    def write_once():
+        n = added[0]
+        if n + 80 > pool.shape[0]:
+            return False
+        if rng_w.integers(0, 2):
+            index.add(pool[n : n + 80], ids=ident(np.arange(n, n + 80)))
+            added[0] = n + 80
+        else:
+            live = np.setdiff1d(np.arange(n), deleted)
+            gone = rng_w.choice(live, 10, replace=False)
+            index.delete(ident(gone))
+            deleted.extend(gone.tolist())
+
+    def search_once(rng):
+        forbidden = ident(np.array(deleted, dtype=np.int64))
+        r = rng.integers(0, added[0], 4)
+        _, ids = index.search(pool[r], 8, rerank=bool(rng.integers(0, 2)))
+        assert ((ids == -1) | (ids % 5 == 3)).all(), f"an id never issued: {ids}"
+        assert not np.isin(ids, forbidden).any(), f"a deleted id was returned: {ids}"
+        _check_result(np.where(ids >= 0, ids // 5, -1), index.ntotal)
+
+    stress = Stress()
+    stress.run(write_once, search_once)
+    assert stress.searches > 0
+    n, gone = added[0], np.array(deleted, dtype=np.int64)
+    assert index.ntotal == n and len(index) == n - gone.size
+    live = np.setdiff1d(np.arange(n), gone)
+    _, ids = index.search(pool[live], 1, oversample=5.0)
+    np.testing.assert_array_equal(ids[:, 0], ident(live))  # nothing lost or duplicated
+
+
 def test_flat_readding_rows_loses_none():
     X = unit_rows(300, 16, 2)
     index = bbqlib.FlatIndex(bits=2, similarity="euclidean")
@@ -128,13 +173,17 @@ def test_flat_readding_rows_loses_none():
     assert index.ntotal == n and len(index.codes) == n and index._parts()[1].shape == (n, 16)
 
 
+def _ivf_id(rows):
+    return np.asarray(rows, dtype=np.int64) * 3 + 1
+
+
 @pytest.mark.parametrize("on_disk", [False, True], ids=["ram", "directory"])
 def test_ivf_concurrent_adds_deletes_and_searches(tmp_path, on_disk):
     d = 24
     pool = unit_rows(20_000, d, 3)
     index = bbqlib.IVFIndex(bits=1, similarity="cosine", cluster_size=64, seed=7,
                             path=tmp_path / "ivf" if on_disk else None)  # fmt: skip
-    index.add(pool[:1500])
+    index.add(pool[:1500], ids=_ivf_id(np.arange(1500)))  # custom ids: mapped under the lock
     added, deleted = [1500], []
     rng_w = np.random.default_rng(11)
 
@@ -143,19 +192,20 @@ def test_ivf_concurrent_adds_deletes_and_searches(tmp_path, on_disk):
         if n + 50 > pool.shape[0]:
             return False
         if rng_w.integers(0, 3):
-            index.add(pool[n : n + 50])
+            index.add(pool[n : n + 50], ids=_ivf_id(np.arange(n, n + 50)))
             added[0] = n + 50
         else:
             live = np.setdiff1d(np.arange(n), deleted)
             gone = rng_w.choice(live, 5, replace=False)
-            index.delete(gone)
+            index.delete(_ivf_id(gone))
             deleted.extend(gone.tolist())
 
     def search_once(rng):
         forbidden = np.array(deleted)  # deleted before this search began: never returned
         q = pool[rng.integers(0, added[0], 3)]
         _, ids = index.search(q, 10, visit_percentage=float(rng.choice([5.0, 30.0])))
-        _check_result(ids, index.ntotal, forbidden)
+        assert ((ids == -1) | (ids % 3 == 1)).all(), f"an id never issued: {ids}"
+        _check_result(np.where(ids >= 0, ids // 3, -1), index.ntotal, forbidden)
 
     stress = Stress()
     stress.run(write_once, search_once)
@@ -165,7 +215,7 @@ def test_ivf_concurrent_adds_deletes_and_searches(tmp_path, on_disk):
         assert ix.ntotal == n and len(ix) == n - gone.size
         live = np.setdiff1d(np.arange(n), gone)
         _, ids = ix.search(pool[live], 1, visit_percentage=100.0, oversample=20.0)
-        np.testing.assert_array_equal(ids[:, 0], live)  # nothing lost, nothing duplicated
+        np.testing.assert_array_equal(ids[:, 0], _ivf_id(live))  # nothing lost or duplicated
         ix.verify()
     if on_disk:  # a single generation's files remain
         names = sorted(p.name for p in (tmp_path / "ivf").iterdir())

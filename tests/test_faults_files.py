@@ -234,6 +234,48 @@ def test_add_refuses_to_launder_damage_search_never_reads(tmp_path, section):
     assert sorted(os.listdir(where)) == files  # nothing written
 
 
+@pytest.mark.parametrize("op", ["search", "delete", "add", "verify"])
+def test_damaged_custom_ids_are_never_served(tmp_path, op):
+    """The caller ids (``row_ids``, memory-mapped) are checked before anything reads them."""
+    where = tmp_path / "ivf"
+    X = unit_rows(1200, 24, 0)
+    ids = np.arange(1200) * 3 + 5
+    small_ivf(where, ids=ids)
+    postings = next(where.glob("postings.*.bbq"))
+    offset, _ = section_span(postings, "row_ids")
+    flip(postings, offset + 8 * 700)  # the id of row 700: a search would return 2106
+    index = bbqlib.IVFIndex.open(where)
+    run = {
+        "search": lambda: index.search(X[700], 3, visit_percentage=100.0),
+        "delete": lambda: index.delete(ids[[5]]),
+        "add": lambda: index.add(unit_rows(5, 24, 9)),
+        "verify": index.verify,
+    }[op]
+    with pytest.raises(CorruptFileError, match="row_ids"):
+        run()
+
+
+def test_flat_ids_and_tombstones_are_checked(tmp_path):
+    index = bbqlib.FlatIndex(bits=1, similarity="cosine")
+    ids = np.arange(300) * 11 + 2
+    index.add(unit_rows(300, 20, 0), ids=ids)
+    index.delete(ids[[3, 4]])
+    path = index.save(tmp_path / "f.bbq")
+    for section in ("ids", "deleted"):
+        damaged = tmp_path / f"{section}.bbq"
+        shutil.copy(path, damaged)
+        flip(damaged, section_span(damaged, section)[0])
+        with pytest.raises(CorruptFileError, match="checksum|damaged"):
+            bbqlib.load(damaged)
+    kind, meta, arrays = read_container(path)
+    write_container(tmp_path / "n.bbq", kind, {**meta, "n_deleted": 3}, arrays)
+    with pytest.raises(CorruptFileError, match="marks 2 vectors deleted"):
+        bbqlib.load(tmp_path / "n.bbq")
+    write_container(tmp_path / "m.bbq", kind, {**meta, "next_id": 100}, arrays)
+    with pytest.raises(CorruptFileError, match="next_id"):
+        bbqlib.load(tmp_path / "m.bbq")
+
+
 def test_copying_a_damaged_index_elsewhere_fails(tmp_path):
     where = tmp_path / "ivf"
     small_ivf(where)
@@ -246,22 +288,24 @@ def test_copying_a_damaged_index_elsewhere_fails(tmp_path):
 
 
 def test_old_segments_without_block_checksums_still_open(tmp_path):
-    """A directory written before block CRCs (format 3 without them) opens and serves; the
-    whole-file CRC still guards it in verify()."""
+    """A format-4 directory (no block CRCs) opens and serves; the whole-file CRC guards it in
+    verify(), and the next save checks it and records its block CRCs (format 5)."""
     where = tmp_path / "ivf"
     index = small_ivf(where)
     Q = unit_rows(3, 24, 4)
     clean = index.search(Q, 5)
-    header = where / json.loads((where / "MANIFEST").read_text())["header"]
+    manifest = json.loads((where / "MANIFEST").read_text())
+    header = where / manifest["header"]
     kind, meta, arrays = read_container(header, mmap=False)
     for entry in meta["vector_segments"]:
         entry.pop("block_crc32"), entry.pop("block_rows")
     write_container(header, kind, meta, arrays)
+    (where / "MANIFEST").write_text(json.dumps({**manifest, "format_version": 4}))
     old = bbqlib.IVFIndex.open(where)
     assert all(s.blocks is None for s in old._segments)
     np.testing.assert_array_equal(old.search(Q, 5)[1], clean[1])
     old.verify()
-    old.add(unit_rows(50, 24, 6))  # new segment gets block checksums; old kept as is
+    old.add(unit_rows(50, 24, 6))  # the kept segment gets block checksums too
     reopened = bbqlib.IVFIndex.open(where)
-    assert [s.blocks is None for s in reopened._segments] == [True, False]
+    assert [s.blocks is None for s in reopened._segments] == [False, False]
     shutil.rmtree(where)

@@ -12,6 +12,7 @@ import contextlib
 from pathlib import Path
 
 from .._locks import IndexGuard
+from . import files as F
 from . import storage as ST
 
 __all__ = ["GuardedWrites"]
@@ -54,3 +55,15 @@ class GuardedWrites:
         """Make ``work``'s state this index's, between two searches."""
         with self._guard.swapping():
             self.__dict__.update(work.__dict__)
+
+    def _store(self, path: Path) -> None:
+        """Save to ``path``; when the index lives there, serve from the new files."""
+        F.save(self, path)
+        if self.path is not None and path.resolve() == self.path.resolve():
+            F.load_into(self, path)  # drop the RAM copies
+
+    def _commit(self, work) -> None:
+        """Write ``work`` to its directory (when it has one), then publish it."""
+        if work.path is not None:
+            work._store(work.path)
+        self._publish(work)

@@ -2,9 +2,10 @@
 
 Immutable float32 ``.npy`` files (rows of the index in id order, as given, normalized for
 cosine), memory-mapped for the exact rerank. The header records each segment's CRC32 and
-(in files written since block checksums exist) a CRC32 per block of
-:data:`~bbqlib.io.blocks.BLOCK_ROWS` rows, checked the first time a block is read
-(:meth:`Segment.check_rows`).
+(since format 5) a CRC32 per block of :data:`~bbqlib.io.blocks.BLOCK_ROWS` rows, checked
+the first time a block is read (:meth:`Segment.check_rows`). Segments of older directories
+get their block checksums when a save first writes a format-5 header for them
+(:func:`with_block_checksums`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ...io.atomic import atomic_path
 from ...io.blocks import BLOCK_ROWS, BlockChecksums, BlockCRCWriter
 from ...io.errors import CorruptFileError
 
-__all__ = ["Segment", "write_segment", "map_segment"]
+__all__ = ["Segment", "write_segment", "map_segment", "with_block_checksums"]
 
 _CRC_CHUNK = 1 << 24
 
@@ -89,6 +90,26 @@ def write_segment(directory: Path, batches, dim: int, *, expect_crc: int | None 
         f.write(new_header)
     checks = BlockChecksums(blocks.finish(), BLOCK_ROWS, name)
     return Segment(map_segment(name, rows, dim), name, crc, checks)
+
+
+def with_block_checksums(seg: Segment) -> Segment:
+    """``seg`` with block CRC32s (as it is when it has them): reads the stored segment once,
+    checking its whole-file CRC32 on the way, so that damage never gets fresh checksums."""
+    if seg.blocks is not None:
+        return seg
+    crc = 0
+    blocks = BlockCRCWriter(BLOCK_ROWS)
+    for start in range(0, len(seg), 65536):
+        block = np.ascontiguousarray(seg.array[start : start + 65536], dtype="<f4")
+        crc = _crc(block, crc)
+        blocks.update(block)
+    if seg.crc32 is not None and crc != int(seg.crc32):
+        raise CorruptFileError(
+            f"vector file {seg.file} fails its CRC32: the file is corrupted; restore it or "
+            "rebuild the index"
+        )
+    checks = BlockChecksums(blocks.finish(), BLOCK_ROWS, seg.file)
+    return Segment(seg.array, seg.file, crc, checks)
 
 
 def _advise_random(arr) -> None:

@@ -4,7 +4,8 @@ See ``docs/ivf-format.md`` for the full description. In short::
 
     <dir>/MANIFEST                 JSON: magic, format version, generation, header file name
     <dir>/header.<gen>.bbq         container "ivf_header": meta + centroids (small, read at open)
-    <dir>/postings.<gen>.bbq       container "ivf_postings": codes, factors, ids, assignments
+    <dir>/postings.<gen>.bbq       container "ivf_postings": codes, factors, rows, assignments,
+                                   the caller's ids of the rows (format 4, when custom)
     <dir>/vectors.<token>.npy      immutable float32 segments for the exact rerank
 
 A save writes every file of the new generation (each atomically: temporary file, fsync,
@@ -42,7 +43,7 @@ from ...io.container import (
     write_container,
 )
 from ...packing import lut_block_starts
-from .segments import Segment, map_segment, write_segment
+from .segments import Segment, map_segment, with_block_checksums, write_segment
 
 __all__ = [
     "MANIFEST",
@@ -64,8 +65,15 @@ MAGIC = "bbqlib-ivf"
 #: 2 adds ``lut_codes`` to the postings (the codes again, in blocks of 32 per list, for the
 #: lookup-table scan) with their own per-list CRC32 (``list_lut_crc`` in the header);
 #: 3 records the quantizer (any family; ``meta["quantizer"]``, ``quantizer.*`` arrays) and
-#: each list's encoding wire number (``list_wire``). Formats 1 and 2 still open and serve.
-FORMAT_VERSION = 3
+#: each list's encoding wire number (``list_wire``); 4 the caller's ids (``row_ids`` int64
+#: [ntotal] in the postings when any was given; ``custom_ids``, ``next_id`` in the header).
+#: 5 a CRC32 per block of rows of every vector segment (``block_rows``, ``block_crc32`` in
+#: each ``vector_segments`` entry, required from 5 on). Formats 1 to 4 still open and serve
+#: (ids = rows before 4; their segments are checked whole by ``verify()`` until a save
+#: writes them a format-5 header, which computes their block checksums).
+FORMAT_VERSION = 5
+#: The first format whose segment entries must carry block checksums.
+BLOCK_CRC_FORMAT = 5
 HEADER_KIND = "ivf_header"
 POSTINGS_KIND = "ivf_postings"
 _OWNED = re.compile(r"^(header\.\d+\.bbq|postings\.\d+\.bbq|vectors\.[0-9a-f]+\.npy)$")
@@ -189,7 +197,7 @@ def save_generation(
         stored = []
         for seg in segments:
             if seg.file is not None and seg.file.parent.resolve() == directory.resolve():
-                stored.append(seg)
+                stored.append(with_block_checksums(seg))  # kept from format <= 4: add them
             else:
                 dim = seg.array.shape[1]
                 stored.append(
@@ -228,8 +236,7 @@ def save_generation(
 
 def _segment_entry(s: Segment) -> dict:
     entry = {"file": s.file.name, "rows": len(s), "crc32": int(s.crc32)}
-    if s.blocks is not None:  # absent in older files (their segments are kept so)
-        entry.update(s.blocks.to_meta())
+    entry.update(s.blocks.to_meta())  # every stored segment has them (with_block_checksums)
     return entry
 
 
@@ -360,6 +367,13 @@ def _open_once(directory: Path, manifest: dict):
         raise CorruptFileError(f"{postings_path} holds a {posting_file.kind!r}, not IVF postings")
     postings = {k: v.view(np.ndarray) for k, v in posting_file.arrays.items()}
     postings["_section_crcs"] = posting_file.crcs
+    if int(manifest["format_version"]) >= BLOCK_CRC_FORMAT and any(
+        "block_crc32" not in e for *_, e in entries
+    ):
+        raise CorruptFileError(
+            f"{header_path} (format {manifest['format_version']}) lists a vector file without "
+            "its block checksums; restore the files or rebuild the index"
+        )
     segments = []
     for name, rows, crc, entry in entries:
         path = directory / name
