@@ -271,12 +271,15 @@ def test_reusing_one_buffer_for_every_batch(kind, similarity):
         return bbqlib.IVFIndex(bits=1, similarity=similarity, cluster_size=64, seed=3)
 
     reused, fresh = make(), make()
-    fresh.add(X[:400].copy())
-    for b in _batches_through_one_buffer(X, 400):
-        reused.add(b)
+    fresh.add(X[:400].copy(), ids=np.arange(400) * 2 + 9)
+    ids = np.empty(400, dtype=np.int64)  # the ids go through one buffer too
+    for i, b in enumerate(_batches_through_one_buffer(X, 400)):
+        ids[:] = np.arange(i * 400, (i + 1) * 400) * 2 + 9
+        reused.add(b, ids=ids)
         if fresh.ntotal < reused.ntotal:
-            fresh.add(b.copy())
-    b[:] = 0.0  # the caller keeps scribbling on its buffer
+            fresh.add(b.copy(), ids=ids.copy())
+    b[:] = 0.0  # the caller keeps scribbling on its buffers
+    ids[:] = 0
     kwargs = {"visit_percentage": 50.0} if kind == "ivf" else {}
     for rerank in (True, False):
         got = reused.search(Q, 10, rerank=rerank, **kwargs)
