@@ -108,30 +108,39 @@ def _run_fuzz_worker(target: str, n: int, seed: int, start: int, work: Path) -> 
 
 def kill_runs(kind: str, trials: int, tree: Path, seed: int) -> dict:
     """``trials`` kills of a child saving ``kind``; counts of corrupt and leaked after the
-    next open, and of trials whose kill left something to clean up."""
+    next open, and of trials whose kill left something to clean up. One worker process runs
+    every trial of a kind (a fresh child saver per trial), printing one line per trial."""
     code = (
-        "import sys, json, pathlib, fault_harness as H\n"
-        "kind, delay, work = sys.argv[1], float(sys.argv[2]), pathlib.Path(sys.argv[3])\n"
-        "corrupt, leaked = H.kill_trial(kind, H.fresh(work), delay)\n"
-        "print(json.dumps([corrupt, sorted(leaked), sorted(H.kill_trial.left)]))\n"
+        "import sys, json, pathlib, shutil, tempfile, numpy as np, fault_harness as H\n"
+        "kind, trials, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])\n"
+        "rng = np.random.default_rng(seed)\n"
+        "for _ in range(trials):\n"
+        "    work = pathlib.Path(tempfile.mkdtemp(prefix='bbqkill'))\n"
+        "    try:\n"
+        "        corrupt, leaked = H.kill_trial(kind, H.fresh(work / 't'), rng.uniform(0, 0.5))\n"
+        "        print(json.dumps([corrupt, sorted(leaked), sorted(H.kill_trial.left)]),\n"
+        "              flush=True)\n"
+        "    except Exception as err:\n"
+        "        print(json.dumps({'error': repr(err)}), flush=True)\n"
+        "    finally:\n"
+        "        shutil.rmtree(work, ignore_errors=True)\n"
     )
-    rng = np.random.default_rng(seed)
     out = {"trials": 0, "corrupt": 0, "leaked_trials": 0, "leaked_files": 0, "left_trials": 0}
-    for _ in range(trials):
-        work = Path(tempfile.mkdtemp(prefix="bbqkill"))
-        delay = float(rng.uniform(0.0, 0.5))
-        cmd = [sys.executable, "-c", code, kind, str(delay), str(work / "t")]
-        res = subprocess.run(cmd, capture_output=True, env=_env(tree), timeout=600, cwd=work)
-        shutil.rmtree(work, ignore_errors=True)
-        if res.returncode != 0:
-            out.setdefault("errors", []).append(res.stderr.decode()[-300:])
+    cmd = [sys.executable, "-c", code, kind, str(trials), str(seed)]
+    res = subprocess.run(cmd, capture_output=True, env=_env(tree), timeout=600 + 120 * trials)
+    for line in res.stdout.decode().strip().splitlines():
+        row = json.loads(line)
+        if isinstance(row, dict):
+            out.setdefault("errors", []).append(row["error"][-300:])
             continue
-        corrupt, leaked, left = json.loads(res.stdout.decode().strip().splitlines()[-1])
+        corrupt, leaked, left = row
         out["trials"] += 1
         out["corrupt"] += bool(corrupt)
         out["leaked_trials"] += bool(leaked)
         out["leaked_files"] += len(leaked)
         out["left_trials"] += bool(left)
+    if res.returncode != 0:
+        out.setdefault("errors", []).append(res.stderr.decode()[-300:])
     return out
 
 
