@@ -75,6 +75,7 @@ def check_vectors(
     dim: int | None = None,
     allow_1d: bool = False,
     allow_empty: bool = False,
+    max_sq_norm: float | None = MAX_SQ_NORM,
 ) -> np.ndarray:
     """Validate a float matrix and return it as C-contiguous float32 (a copy when converted).
 
@@ -85,6 +86,8 @@ def check_vectors(
     dim : expected dimension, if known.
     allow_1d : treat a 1-D array as one row.
     allow_empty : accept zero rows.
+    max_sq_norm : largest squared norm of a row (:data:`MAX_SQ_NORM`); None: any finite row
+        (``arithmetic="lucene"``, which reproduces Lucene's float32 scores, overflow included).
     """
     arr = np.asarray(X)
     if arr.dtype == object or not np.issubdtype(arr.dtype, np.floating):
@@ -115,10 +118,10 @@ def check_vectors(
                 f"{name} contains NaN or inf (or values beyond float32 range) in "
                 f"{bad.size} row(s), first at row {bad[0]}; remove or fix them"
             )
-    big = np.flatnonzero(~(sq <= MAX_SQ_NORM))
+    big = np.flatnonzero(~(sq <= max_sq_norm)) if max_sq_norm is not None else sq[:0]
     if big.size:
         raise ValueError(
-            f"{name} has {big.size} row(s) whose squared norm exceeds {MAX_SQ_NORM:.3g} (row "
+            f"{name} has {big.size} row(s) whose squared norm exceeds {max_sq_norm:.3g} (row "
             f"{big[0]}: {sq[big[0]]:.3g}); scores of such vectors overflow float32. Scale "
             "the vectors down (rankings do not change under a common scale)"
         )

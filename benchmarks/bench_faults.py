@@ -429,9 +429,9 @@ def main() -> None:
                 ("searches/s no writer", "searches/s, no writer", ".1f")]  # fmt: skip
         title = f"### Concurrency stress (1 writer, 3 searching threads, {args.stress_seconds:g} s)"
         tables.append(title + "\n\n" + C.markdown_table(rows, cols))
-        notes.append("first exceptions: " + "; ".join(
+        notes.append("first exceptions: " + ("; ".join(
             f"{r['tree']} {r['kind']}: {r['first_exception']}" for r in rows
-            if r.get("first_exception")) or "none")  # fmt: skip
+            if r.get("first_exception")) or "none"))  # fmt: skip
     if "cost" in only:
         rows = costs(args.repeats)
         for r in rows:
