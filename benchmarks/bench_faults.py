@@ -127,7 +127,10 @@ def kill_runs(kind: str, trials: int, tree: Path, seed: int) -> dict:
     )
     out = {"trials": 0, "corrupt": 0, "leaked_trials": 0, "leaked_files": 0, "left_trials": 0}
     cmd = [sys.executable, "-c", code, kind, str(trials), str(seed)]
-    res = subprocess.run(cmd, capture_output=True, env=_env(tree), timeout=600 + 120 * trials)
+    with tempfile.TemporaryDirectory(prefix="bbqkillcwd") as cwd:  # not the repository:
+        # ``python -c`` puts the cwd first on sys.path, which would shadow ``tree``'s bbqlib
+        res = subprocess.run(cmd, capture_output=True, env=_env(tree), cwd=cwd,
+                             timeout=600 + 120 * trials)  # fmt: skip
     for line in res.stdout.decode().strip().splitlines():
         row = json.loads(line)
         if isinstance(row, dict):
