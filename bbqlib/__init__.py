@@ -16,6 +16,7 @@ from .quantizers import (
     EncodedVectors,
     Quantizer,
     RaBitQQuantizer,
+    SAQQuantizer,
     ScalarQuantizer,
 )
 from .similarity import Similarity
@@ -33,6 +34,7 @@ __all__ = [
     "NotFittedError",
     "Quantizer",
     "RaBitQQuantizer",
+    "SAQQuantizer",
     "ScalarQuantizer",
     "Similarity",
     "UnsupportedFormatError",
