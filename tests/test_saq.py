@@ -149,6 +149,10 @@ def test_flat_index_search_filter_rerank_and_files(tmp_path, sim):
     best = np.argsort(ex if sim == "euclidean" else -ex, axis=1)[:, :5]
     np.testing.assert_array_equal(np.sort(i_exact, 1), np.sort(best, 1))
     s_raw, i_raw = index.search(Q, 5, rerank=False)
+    _, i_bound = index.search(Q, 5, rerank="bound")  # the model sd's optimistic bound
+    hits = [len(set(a) & set(b)) for a, b in zip(i_bound, best, strict=True)]
+    assert np.mean(hits) / 5 > 0.8  # a z-score, not a guarantee
+    assert np.all(index.last_vectors_read >= 5)
     keep = np.arange(600) % 2 == 1
     _, i_f = index.search(Q, 5, filter=keep, rerank=False)
     assert np.all(i_f % 2 == 1)
@@ -277,6 +281,8 @@ def test_bad_calls():
     bad[3, 2] = np.nan
     with pytest.raises(ValueError, match="X"):
         q.encode(bad)
+    with pytest.raises(ValueError, match="FlatIndex only"):
+        bbqlib.IVFIndex(SAQQuantizer(bits=2))
 
 
 def test_scorer_matches_estimate():

@@ -412,6 +412,17 @@ class SAQQuantizer(Quantizer):
             (est + half).astype(np.float32),
         )
 
+    def search_bound_rerank(self, Q, codes, vectors, k, *, allowed=None, eps0=DEFAULT_EPS0,
+                            cap: int = 10_000):  # fmt: skip
+        """Top ``k`` with exact scores, rescoring only candidates whose optimistic bound
+        (``eps0`` model sds, :meth:`error_sd`) beats the k-th exact value: ``(keys, ids,
+        vectors_read)`` as :meth:`bbqlib.RaBitQQuantizer.search_bound_rerank`."""
+        from .saq_bounds import bound_rerank_search
+
+        self._check_encoded(codes)
+        Q = self._validated(Q, "Q", allow_1d=True)
+        return bound_rerank_search(self, Q, codes, vectors, check_k(k), allowed, _eps0(eps0), cap)
+
     def _estimate_parts(self, Qc, q_add, enc) -> np.ndarray:
         tables, qconst, _ = self._tables(Qc)
         codes, fac = self._doc_arrays(enc)

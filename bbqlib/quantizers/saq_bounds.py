@@ -84,3 +84,61 @@ def level_sums(quantizer, enc, keep=None) -> np.ndarray:
                 total += part.sum(1, dtype=np.int64) << (kept - 2 - i)
             out[r0 : r0 + len(rows), s] = total
     return np.ascontiguousarray(out)
+
+
+#: Queries per dense estimate of the bound-driven rerank, and most (query, doc) pairs.
+_BOUND_BATCH, _BOUND_PAIRS = 32, 1 << 22
+
+
+def bound_rerank_search(quantizer, Q, enc, vectors, k, allowed, eps0, cap):
+    """:meth:`SAQQuantizer.search_bound_rerank` on validated queries ``Q``: ``(keys, ids,
+    vectors_read)``, the optimistic key ``key + eps0 · sd`` (:func:`segment_sigma`) deciding
+    which candidates are rescored (RaBitQ's kernel, :func:`bbqlib._kernels.rabitq.bound_rerank`)."""
+    from .. import scoring
+    from .._kernels.rabitq import bound_rerank
+
+    n, nq = len(enc), len(Q)
+    vectors = np.asarray(vectors)
+    if vectors.ndim != 2 or vectors.shape != (n, quantizer.dim_):
+        raise ValueError(
+            f"vectors must have shape ({n}, {quantizer.dim_}) to match the codes, got "
+            f"{vectors.shape}"
+        )
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    mask = np.empty(0, np.uint8)
+    if allowed is not None:
+        allowed = np.asarray(allowed)
+        if allowed.dtype != bool or allowed.shape != (n,):
+            raise ValueError(f"allowed must be a boolean mask of shape ({n},)")
+        mask = np.ascontiguousarray(allowed, dtype=np.uint8)
+    out_keys = np.full((nq, k), -np.inf)
+    ids = np.full((nq, k), -1, dtype=np.int64)
+    reads = np.zeros(nq, dtype=np.int64)
+    if n == 0:
+        return out_keys, ids, reads
+    sim = quantizer.similarity_
+    batch = max(1, min(_BOUND_BATCH, _BOUND_PAIRS // n))
+    for q0 in range(0, nq, batch):
+        q1 = min(nq, q0 + batch)
+        Qc, q_add = quantizer._query_parts(Q[q0:q1])
+        keys = sim.key(quantizer._estimate_parts(Qc, q_add, enc))
+        opt = keys + eps0 * segment_sigma(quantizer, Q[q0:q1], enc)
+        heap_keys = np.full((q1 - q0, k), -np.inf)
+        heap_ids = np.full((q1 - q0, k), scoring.EMPTY_ID, dtype=np.int64)
+        bound_rerank(
+            np.ascontiguousarray(keys, dtype=np.float64),
+            np.ascontiguousarray(opt, dtype=np.float64),
+            np.ascontiguousarray(Q[q0:q1]),
+            vectors,
+            mask,
+            max(int(cap), k),
+            sim.is_distance,
+            heap_keys,
+            heap_ids,
+            reads[q0:q1],
+        )
+        heap_keys, heap_ids = scoring.merge_topk(heap_keys, heap_ids, k)
+        empty = heap_ids == scoring.EMPTY_ID
+        out_keys[q0:q1] = np.where(empty, -np.inf, heap_keys)
+        ids[q0:q1] = np.where(empty, -1, heap_ids)
+    return out_keys, ids, reads

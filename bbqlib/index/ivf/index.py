@@ -20,6 +20,7 @@ import numpy as np
 from ..._kernels.policy import cap_threads, thread_scope, threads_for
 from ..._params import check_int
 from ..._validation import NotFittedError, check_k, check_vectors
+from ...encoding import ENCODINGS
 from ...quantizers import BBQQuantizer, Quantizer
 from ...scoring import candidate_count, check_oversample, check_scores, dedup_topk, finish
 from ...similarity import Similarity
@@ -162,6 +163,11 @@ class IVFIndex:
             quantizer.similarity_kind  # noqa: B018
         elif not isinstance(quantizer, Quantizer):
             raise TypeError(f"quantizer must be a bbqlib Quantizer, got {type(quantizer).__name__}")
+        elif "ivf" not in ENCODINGS.family(quantizer.family).indexes:
+            raise ValueError(
+                f"{type(quantizer).__name__} codes are served by FlatIndex only (their registry "
+                "rows list no 'ivf'); use bbqlib.FlatIndex"
+            )
         elif given:
             raise ValueError(
                 f"pass either a quantizer or {', '.join(given)}, not both: the quantizer "
