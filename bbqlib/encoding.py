@@ -34,8 +34,9 @@ Layouts
 ``bytes``
     One unsigned byte per (unpadded) dimension; quantized queries too.
 ``segments``
-    SAQ: per segment, its most significant bit plane then its lower planes, segments in plan
-    order (:mod:`bbqlib.quantizers.saq_plan`); scanned by SAQ's own kernels.
+    SAQ: every coded segment's top bit plane first (plan order), then each segment's lower
+    planes (:mod:`bbqlib.quantizers.saq_plan`), so a row's prefix holds the leading segments'
+    top planes; scanned by SAQ's own kernels.
 
 Corrections are little-endian structured records. OSQ's are ``(lower, upper, additional,
 component_sum)``: 14 bytes with a ``uint16`` component sum for docs of up to 4 bits, 16 bytes

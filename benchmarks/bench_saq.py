@@ -246,11 +246,11 @@ def _two_pass(saq, Q, enc, planes):
     from bbqlib.quantizers.saq_search import search
 
     Qc, q_add = saq._query_parts(saq._validated(Q, "Q"))
-    raw, ids, rescored = search(
+    keys, ids, rescored = search(
         saq, Qc, q_add, enc, 10, None, 0, mode="two-pass", pass1_planes=planes
     )
     saq.last_rescored_ = rescored
-    return raw, ids
+    return keys, ids
 
 
 def scan_rows(ds, repeats, log) -> list[dict]:
