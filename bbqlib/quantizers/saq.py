@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._kernels import saq as K
 from .._validation import check_k
 from ..encoding import ENCODINGS, SAQ_QUERY_BITS, padded_dim
-from ..transforms.dense import haar_orthogonal
 from .base import Quantizer
 from .encoded import EncodedVectors
 from .registry import register_quantizer
@@ -224,6 +222,8 @@ class SAQQuantizer(Quantizer):
             max_segs=limit,
             model=model if isinstance(model, str) else "custom",
         )
+        from ..transforms.dense import haar_orthogonal
+
         rng = np.random.default_rng(self.seed)
         rotations = [haar_orthogonal(s.dims, rng) for s in plan.segments]
         frame = np.zeros((d, Dp))
@@ -343,6 +343,8 @@ class SAQQuantizer(Quantizer):
 
     def _encode_frame(self, Y, codes, fac) -> None:
         a = self.plan_.arrays()
+        from .._kernels import saq as K  # on first use: import bbqlib stays light
+
         K.caq_encode_rows(
             np.ascontiguousarray(Y, dtype=np.float32),
             a["start"],
@@ -429,6 +431,8 @@ class SAQQuantizer(Quantizer):
         a = self.plan_.arrays()
         out = np.empty((len(Qc), len(enc)))
         if len(enc) and len(Qc):
+            from .._kernels import saq as K
+
             K.estimate_rows(
                 tables,
                 qconst,
