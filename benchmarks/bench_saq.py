@@ -76,9 +76,9 @@ def _recall_of(q, enc, ds, sim):
     return raw, recall_at_k(ids, ds.gt_ids, 10)
 
 
-def recall_rows(ds, seeds, log) -> tuple[list[dict], list[dict]]:
+def recall_rows(ds, seeds, log, variants=True) -> tuple[list[dict], list[dict]]:
     sim = resolve_similarity(ds.similarity)
-    rows, variants = [], []
+    rows, out_variants = [], []
     for bits in BUDGETS:
         row = {"bits": bits}
         acc = {}
@@ -120,7 +120,7 @@ def recall_rows(ds, seeds, log) -> tuple[list[dict], list[dict]]:
             row["delta"] = row["saq_raw"] - row["rq_raw"]
         rows.append(row)
         log(f"{ds.name} recall {row}")
-        for model in ("reference", "neighbour"):
+        for model in ("reference", "neighbour") if variants else ():
             for block in (32, 64):
                 vals = []
                 for s in seeds:
@@ -128,7 +128,7 @@ def recall_rows(ds, seeds, log) -> tuple[list[dict], list[dict]]:
                         bits=bits, similarity=sim, seed=s, error_model=model, block=block
                     ).fit(ds.base)
                     vals.append(_recall_of(q, q.encode(ds.base), ds, sim)[0])
-                variants.append(
+                out_variants.append(
                     {
                         "bits": bits,
                         "model": model,
@@ -137,8 +137,8 @@ def recall_rows(ds, seeds, log) -> tuple[list[dict], list[dict]]:
                         "plan": q.plan_.describe(),
                     }
                 )
-                log(f"{ds.name} variant {variants[-1]}")
-    return rows, variants
+                log(f"{ds.name} variant {out_variants[-1]}")
+    return rows, out_variants
 
 
 def error_rows(ds, log) -> tuple[list[dict], list[dict]]:
@@ -338,6 +338,10 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="one seed, 40 queries (smoke run)")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
+    ap.add_argument(
+        "--no-variants", action="store_true", help="skip the error-model / block variants"
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.seeds, args.queries, args.repeats = 1, 40, 2
@@ -349,12 +353,12 @@ def main(argv=None) -> None:
     seeds = range(args.seeds)
     sections = []
     with _common.single_thread():
-        for name in DATASETS:
+        for name in args.datasets:
             ds = _common.load_dataset(name, args.queries)
             head = (
                 f"{name} ({ds.similarity}, {ds.queries.shape[0]} queries, n = {ds.n}, d = {ds.d})"
             )
-            rows, variants = recall_rows(ds, seeds, log)
+            rows, variants = recall_rows(ds, seeds, log, variants=not args.no_variants)
             sections.append(_recall_md(head, rows, variants, len(seeds)))
             err, qerr = error_rows(ds, log)
             sections.append(_error_md(head, err, qerr))
