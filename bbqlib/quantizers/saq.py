@@ -97,7 +97,7 @@ class SAQQuantizer(Quantizer):
     Notes
     -----
     Li, Deng, Yan, Zhi and Cheng, "SAQ: Pushing the Limits of Vector Quantization through Code
-    Adjustment and Dimension Segmentation", SIGMOD 2026 (spec ``saq.md``). With ``o_s`` a
+    Adjustment and Dimension Segmentation", SIGMOD 2026 (arXiv 2509.12086). With ``o_s`` a
     segment of the centred, rotated vector and ``u`` its CAQ code (odd integers, the
     cosine-maximising point of the ``B_s``-bit grid found by coordinate descent), the segment
     estimate ``‖o_s‖² <u, q_s> / <u, o_s>`` is RaBitQ's unbiased estimator over the segment's
