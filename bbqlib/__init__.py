@@ -17,6 +17,7 @@ from .quantizers import (
     EncodedVectors,
     Quantizer,
     RaBitQQuantizer,
+    SAQQuantizer,
     ScalarQuantizer,
 )
 from .similarity import Similarity
@@ -35,6 +36,7 @@ __all__ = [
     "Quantizer",
     "RaBitQQuantizer",
     "RepairReport",
+    "SAQQuantizer",
     "ScalarQuantizer",
     "Similarity",
     "UnsupportedFormatError",

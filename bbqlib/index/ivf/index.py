@@ -20,6 +20,7 @@ import numpy as np
 from ..._kernels.policy import cap_threads, thread_scope, threads_for
 from ..._params import check_int
 from ..._validation import NotFittedError, cap_k, check_source
+from ...encoding import ENCODINGS
 from ...io.vectors import read_vectors
 from ...quantizers import BBQQuantizer, Quantizer
 from ...scoring import candidate_count, check_oversample, check_scores, dedup_topk, finish
@@ -165,6 +166,11 @@ class IVFIndex(GuardedWrites):
             quantizer.similarity_kind  # noqa: B018
         elif not isinstance(quantizer, Quantizer):
             raise TypeError(f"quantizer must be a bbqlib Quantizer, got {type(quantizer).__name__}")
+        elif "ivf" not in ENCODINGS.family(quantizer.family).indexes:
+            raise ValueError(
+                f"{type(quantizer).__name__} codes are served by FlatIndex only (their registry "
+                "rows list no 'ivf'); use bbqlib.FlatIndex"
+            )
         elif given:
             raise ValueError(
                 f"pass either a quantizer or {', '.join(given)}, not both: the quantizer "
@@ -379,9 +385,8 @@ class IVFIndex(GuardedWrites):
             ``"raw"`` (default): squared L2 (ascending) or the inner product / cosine, as
             faiss returns them; ``"similarity"``: Lucene's mapping (higher is better).
 
-        Results have ``min(k, ntotal)`` columns (``k`` is capped at the index size before
-        anything is allocated), padded with ``-1`` ids where deletions or a filter leave
-        fewer vectors. Thread-safe, also during a write.
+        Results have ``min(k, ntotal)`` columns (``k`` capped before allocating), padded with
+        ``-1`` ids where deletions or a filter leave fewer. Thread-safe, also during a write.
         """
         with self._guard.reading():
             return self._search(queries, k, visit_percentage, oversample, rerank, filter, scores)
