@@ -1,0 +1,159 @@
+"""Scatter-gather search over several IVF directories (shards), on Dask workers or locally."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..scoring import check_scores, finish, merge_topk
+from ._dask import require, resolve_client
+
+__all__ = ["ShardedIndex"]
+
+
+def _open(path: str):
+    from ..index.ivf import IVFIndex
+
+    return IVFIndex.open(path)
+
+
+def _search(index, queries, k, kwargs):
+    scores, ids = index.search(queries, k, scores="raw", **kwargs)
+    return scores, ids, dict(index.last_search_stats)
+
+
+def _sizes(index) -> tuple[int, int]:
+    return index.ntotal, len(index)
+
+
+class ShardedIndex:
+    """Several IVF index directories searched as one (faiss ``IndexShards`` in spirit).
+
+    Each query batch goes to every shard (on the worker that opened it, with a client), each
+    shard returns its top ``k`` with global ids, and the driver merges them by score (ties:
+    lower id first). With every shard visiting the lists the union would visit and reranking
+    all candidates (e.g. ``visit_percentage=100`` and a large ``oversample``) the result is
+    identical to one index over the union built with the same centroids.
+
+    Use :meth:`open`; ``id_offsets[s]`` is added to shard ``s``'s ids (default: the shards'
+    ``ntotal`` summed in order, i.e. the shards hold consecutive rows of one data set).
+    """
+
+    def __init__(self, shards, client, id_offsets, similarity, dim, ntotal, live):
+        self._shards = shards  # IVFIndex objects (local) or futures (on workers)
+        self._client = client
+        self.id_offsets = id_offsets
+        self.similarity_ = similarity
+        self.dim_ = dim
+        self.ntotal = ntotal
+        self._live = live
+        self.last_search_stats: list[dict] = []
+
+    @classmethod
+    def open(cls, paths, client=None, *, id_offsets=None) -> ShardedIndex:
+        """Open one IVF directory per shard (on the workers when a client is given/current).
+
+        Parameters
+        ----------
+        paths : list of str or Path
+            The shards' directories (visible to the workers that open them).
+        client : distributed.Client, optional
+            Default: the current client; without one the shards are opened in this process.
+        id_offsets : list of int, optional
+            Added to each shard's ids; default: cumulative ``ntotal`` of the earlier shards.
+        """
+        paths = [str(Path(p)) for p in paths]
+        if not paths:
+            raise ValueError("paths is empty; pass at least one IVF index directory")
+        client = resolve_client(client)
+        if client is None:
+            shards = [_open(p) for p in paths]
+            meta = [(s.quantizer.similarity_, s.dim_, *_sizes(s)) for s in shards]
+        else:
+            require()
+            workers = sorted(client.scheduler_info()["workers"])
+            shards = [
+                client.submit(
+                    _open,
+                    p,
+                    workers=[workers[i % len(workers)]],
+                    allow_other_workers=False,
+                    pure=False,
+                )  # fmt: skip
+                for i, p in enumerate(paths)
+            ]
+            meta = client.gather(
+                [
+                    client.submit(
+                        lambda s: (s.quantizer.similarity_, s.dim_, *_sizes(s)),
+                        f,
+                        workers=[workers[i % len(workers)]],
+                        pure=False,
+                    )  # fmt: skip
+                    for i, f in enumerate(shards)
+                ]
+            )
+        sims = {m[0] for m in meta}
+        dims = {m[1] for m in meta}
+        if len(sims) != 1 or len(dims) != 1:
+            raise ValueError(
+                f"shards differ in similarity {sorted(s.value for s in sims)} or dimension "
+                f"{sorted(dims)}; every shard must index the same kind of vectors"
+            )
+        totals = np.array([m[2] for m in meta], dtype=np.int64)
+        if id_offsets is None:
+            id_offsets = np.concatenate([[0], np.cumsum(totals)[:-1]])
+        id_offsets = np.asarray(id_offsets, dtype=np.int64)
+        if id_offsets.shape != (len(paths),):
+            raise ValueError(f"id_offsets must hold {len(paths)} integers, got {id_offsets.shape}")
+        live = int(sum(m[3] for m in meta))
+        return cls(shards, client, id_offsets, sims.pop(), dims.pop(), int(totals.sum()), live)
+
+    @property
+    def n_shards(self) -> int:
+        return len(self._shards)
+
+    def __len__(self) -> int:
+        return self._live
+
+    def search(self, queries, k: int = 10, *, scores: str = "similarity", **kwargs):
+        """Top ``k`` over all shards: ``(scores float32 [nq, k], ids int64 [nq, k])``.
+
+        Keyword arguments (``visit_percentage``, ``oversample``, ``rerank``) go to every
+        shard's :meth:`~bbqlib.IVFIndex.search`; ``scores`` as there.
+        """
+        check_scores(scores)
+        if "filter" in kwargs:
+            raise ValueError("ShardedIndex.search takes no filter (filter each shard's ids)")
+        Q = np.asarray(queries, dtype=np.float32)
+        if self._client is None:
+            parts = [_search(s, Q, k, kwargs) for s in self._shards]
+        else:
+            Qf = self._client.scatter(Q, broadcast=True, hash=False)
+            futures = [
+                self._client.submit(_search, s, Qf, k, kwargs, pure=False) for s in self._shards
+            ]
+            parts = self._client.gather(futures)
+        sim = self.similarity_
+        keys = np.concatenate([sim.key(p[0].astype(np.float64)) for p in parts], axis=1)
+        ids = np.concatenate(
+            [np.where(p[1] >= 0, p[1] + off, -1) for p, off in zip(parts, self.id_offsets,
+                                                                     strict=True)],
+            axis=1,
+        )  # fmt: skip
+        keys = np.where(ids >= 0, keys, -np.inf)
+        keys, ids = merge_topk(keys, np.where(ids >= 0, ids, np.iinfo(np.int64).max), k)
+        ids = np.where(np.isfinite(keys), ids, -1)
+        self.last_search_stats = [p[2] for p in parts]
+        return finish(keys, ids, k, sim, scores)
+
+    def close(self) -> None:
+        """Release the shards (on the workers: their futures)."""
+        if self._client is not None:
+            self._client.cancel(self._shards)
+        self._shards = []
+
+    def __repr__(self) -> str:
+        where = "local" if self._client is None else "on Dask workers"
+        return f"ShardedIndex({self.n_shards} shards {where}, ntotal={self.ntotal})"
