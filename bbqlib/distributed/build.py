@@ -82,6 +82,7 @@ def build_ivf(
     soar: bool = True,
     store_vectors: bool = True,
     refine: bool = True,
+    like=None,
     client=None,
     progress: bool | None = None,
 ):
@@ -111,6 +112,10 @@ def build_ivf(
         As for :class:`~bbqlib.IVFIndex`.
     refine : bool, default True
         One pass over all rows moving every centroid to the mean of its rows (stage 3).
+    like : IVFIndex or path, optional
+        Reuse this index's fitted quantizer and centroids (no sampling, no clustering): the
+        shards of one data set built this way share their lists, so a
+        :class:`~bbqlib.distributed.ShardedIndex` over them searches like one index.
     client : distributed.Client, optional
         Default: the current client; without one the tasks run in this process.
     progress : bool, optional
@@ -136,6 +141,13 @@ def build_ivf(
         raise ValueError("X has unknown chunk sizes; call X.compute_chunk_sizes() first")
     if n == 0:
         raise ValueError("X is empty (0 rows); pass at least one vector")
+    if like is not None:
+        if quantizer is not None:
+            raise ValueError("pass either a quantizer or like=, not both: like= brings its own")
+        like = like if isinstance(like, IVFIndex) else IVFIndex.open(like)
+        if like.dim_ != d:
+            raise ValueError(f"X has dimension {d}, the index given as like= has {like.dim_}")
+        quantizer = like.quantizer
     index = IVFIndex(quantizer, cluster_size=cluster_size, seed=seed, soar=soar,
                      store_vectors=store_vectors)  # fmt: skip
     _check_ids(ids, n)
@@ -147,6 +159,8 @@ def build_ivf(
     show = n >= 1_000_000 if progress is None else bool(progress)
     path = Path(path)
     build = _Build(index, X, path, int(min(sample, n)), refine, client, show)
+    if like is not None:
+        build.centroids = np.array(like.centroids_)
     return build.run()
 
 
@@ -156,6 +170,7 @@ class _Build:
         self.sample, self.refine, self.client, self.show = sample, refine, client, show
         self.n, self.d = (int(s) for s in X.shape)
         self.token = secrets.token_hex(4)
+        self.centroids = None
         self.blocks = list(X.to_delayed().ravel())
         self.rows = np.zeros(len(self.blocks) + 1, dtype=np.int64)
         np.cumsum(X.chunks[0], out=self.rows[1:])
@@ -175,6 +190,15 @@ class _Build:
         moved: list[Path] = []
         stage = "sample"
         try:
+            if self.centroids is not None:
+                stage = "encode"
+                assigner, results = self.encode(self.centroids, None, None)
+                stage = "merge"
+                postings = self.merge(assigner, results)
+                stage = "commit"
+                self.commit(assigner.C, results, postings, moved)
+                shutil.rmtree(self.staging, ignore_errors=True)
+                return IVFIndex.open(self.path)
             fit_rows, km_rows = self.sample_rows()
             q = self.index.quantizer
             q.fit(fit_rows)
@@ -283,9 +307,10 @@ class _Build:
         index = self.index
         q = index.quantizer
         a = make_assigner(C, index.seed)
-        m = min(S.shape[0], 65_536)
-        primary_s = a.nearest(S[:m], None if S_assign is None else S_assign[:m])
-        q.fit_residuals(residual_sample(S[:m], a.C, primary_s, seed=index.seed))
+        if S is not None:  # else: the quantizer of like= (fitted to its residuals already)
+            m = min(S.shape[0], 65_536)
+            primary_s = a.nearest(S[:m], None if S_assign is None else S_assign[:m])
+            q.fit_residuals(residual_sample(S[:m], a.C, primary_s, seed=index.seed))
         state = BuildState(q, a, index.soar, 1.0, str(self.staging), index.store_vectors)
         shared = broadcast(self.client, state)
         first = getattr(self, "first_assign", None)

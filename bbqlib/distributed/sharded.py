@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..scoring import check_scores, finish, merge_topk
+from ..scoring import check_scores
 from ._dask import require, resolve_client
 
 __all__ = ["ShardedIndex"]
@@ -18,9 +18,28 @@ def _open(path: str):
     return IVFIndex.open(path)
 
 
-def _search(index, queries, k, kwargs):
-    scores, ids = index.search(queries, k, scores="raw", **kwargs)
-    return scores, ids, dict(index.last_search_stats)
+def _search(index, queries, k, scores, kwargs):
+    values, ids = index.search(queries, k, scores=scores, **kwargs)
+    return values, ids, dict(index.last_search_stats)
+
+
+def _merge(parts, offsets, k: int, similarity, scores: str):
+    """Best ``k`` of the shards' results (their values returned as they are, so that a
+    shard's score is bit-identical to the union's): by key, ties to the lower global id."""
+    values = np.concatenate([p[0] for p in parts], axis=1)
+    ids = np.concatenate(
+        [np.where(p[1] >= 0, p[1] + off, -1) for p, off in zip(parts, offsets, strict=True)],
+        axis=1,
+    )
+    valid = ids >= 0
+    keys = values.astype(np.float64)
+    if scores == "raw":
+        keys = similarity.key(keys)
+    keys = np.where(valid, keys, -np.inf)
+    order = np.lexsort((np.where(valid, ids, np.iinfo(np.int64).max), -keys), axis=1)[:, :k]
+    out_values = np.take_along_axis(values, order, axis=1)
+    out_ids = np.take_along_axis(np.where(valid, ids, -1), order, axis=1)
+    return out_values, out_ids
 
 
 def _sizes(index) -> tuple[int, int]:
@@ -128,25 +147,16 @@ class ShardedIndex:
             raise ValueError("ShardedIndex.search takes no filter (filter each shard's ids)")
         Q = np.asarray(queries, dtype=np.float32)
         if self._client is None:
-            parts = [_search(s, Q, k, kwargs) for s in self._shards]
+            parts = [_search(s, Q, k, scores, kwargs) for s in self._shards]
         else:
             Qf = self._client.scatter(Q, broadcast=True, hash=False)
             futures = [
-                self._client.submit(_search, s, Qf, k, kwargs, pure=False) for s in self._shards
+                self._client.submit(_search, s, Qf, k, scores, kwargs, pure=False)
+                for s in self._shards
             ]
             parts = self._client.gather(futures)
-        sim = self.similarity_
-        keys = np.concatenate([sim.key(p[0].astype(np.float64)) for p in parts], axis=1)
-        ids = np.concatenate(
-            [np.where(p[1] >= 0, p[1] + off, -1) for p, off in zip(parts, self.id_offsets,
-                                                                     strict=True)],
-            axis=1,
-        )  # fmt: skip
-        keys = np.where(ids >= 0, keys, -np.inf)
-        keys, ids = merge_topk(keys, np.where(ids >= 0, ids, np.iinfo(np.int64).max), k)
-        ids = np.where(np.isfinite(keys), ids, -1)
         self.last_search_stats = [p[2] for p in parts]
-        return finish(keys, ids, k, sim, scores)
+        return _merge(parts, self.id_offsets, k, self.similarity_, scores)
 
     def close(self) -> None:
         """Release the shards (on the workers: their futures)."""

@@ -1,0 +1,291 @@
+"""bbqlib.distributed on a LocalCluster of worker processes (small data; issue 17).
+
+One cluster (2 worker processes of one thread each) serves the module. Faults are injected by
+a worker plugin that kills its own process (``os._exit``) while a build task runs, as a
+machine failure would.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("dask")
+distributed = pytest.importorskip("distributed")
+
+import bbqlib  # noqa: E402
+from bbqlib.analysis.ground_truth import exact_knn  # noqa: E402
+from bbqlib.distributed import BuildError, ShardedIndex, build_ivf, encode  # noqa: E402
+
+N, D, NQ = 4000, 48, 100
+
+
+def _data():
+    g = np.random.default_rng(7)
+    centres = g.normal(size=(30, D)).astype(np.float32) * 2
+    X = centres[g.integers(0, 30, N + NQ)] + g.normal(size=(N + NQ, D)).astype(np.float32)
+    return X[:N].copy(), X[N:].copy()
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, Q = _data()
+    Xn = X / np.linalg.norm(X, axis=1, keepdims=True)
+    gt, _ = exact_knn(Xn, Q, 10, "cosine")
+    return X, Q, gt
+
+
+@pytest.fixture(scope="module")
+def client():
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    cluster = distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        env={"NUMBA_NUM_THREADS": "1"},
+    )
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
+def _recall(ids, gt) -> float:
+    return float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ids, gt, strict=True)]))
+
+
+def _chunks(X, rows=700):
+    import dask.array as da
+
+    return da.from_array(X, chunks=(rows, X.shape[1]))
+
+
+# ----------------------------------------------------------------------------- encode
+@pytest.mark.parametrize(
+    "quantizer",
+    [
+        bbqlib.BBQQuantizer(bits=1, similarity="cosine"),
+        bbqlib.BBQQuantizer(bits=4, similarity="euclidean"),
+        bbqlib.RaBitQQuantizer(bits=3, similarity="euclidean"),
+    ],
+    ids=["bbq1-cos", "bbq4-l2", "rabitq3-l2"],
+)
+def test_encode_is_bit_identical_to_local(client, data, quantizer):
+    X = data[0]
+    q = quantizer.fit(X)
+    codes, corr = encode(q, _chunks(X))
+    codes, corr = client.compute([codes, corr], sync=True)
+    local = q.encode(X)
+    assert np.array_equal(codes, local.codes)
+    assert corr.tobytes() == local.corrections.tobytes()
+
+
+def test_encode_to_directory(client, data, tmp_path):
+    X = data[0]
+    q = bbqlib.BBQQuantizer(bits=2, similarity="cosine").fit(X)
+    assert encode(q, _chunks(X, 1500), path=tmp_path, client=client) == N
+    codes = np.concatenate([np.load(p) for p in sorted(tmp_path.glob("*.codes.npy"))])
+    assert np.array_equal(codes, q.encode(X).codes)
+
+
+# ----------------------------------------------------------------------------- build
+def test_build_opens_and_matches_the_single_process_recall(client, data, tmp_path):
+    X, Q, gt = data
+    index = build_ivf(_chunks(X), tmp_path / "ivf", cluster_size=64, client=client)
+    assert isinstance(index, bbqlib.IVFIndex) and index.ntotal == N
+    assert index.verify()["vector_segments"] == len(_chunks(X).chunks[0])
+    reopened = bbqlib.IVFIndex.open(tmp_path / "ivf")
+    local = bbqlib.IVFIndex(cluster_size=64)
+    local.add(X)
+    assert abs(reopened.n_lists - local.n_lists) <= 0.1 * local.n_lists
+    for vp in (5, 20):
+        r_dist = _recall(reopened.search(Q, 10, visit_percentage=vp)[1], gt)
+        r_local = _recall(local.search(Q, 10, visit_percentage=vp)[1], gt)
+        assert r_dist >= r_local - 0.005, (vp, r_dist, r_local)
+    # every vector has its primary entry, at most one spill, none lost in the merge
+    ids = np.asarray(reopened._postings.ids)
+    assert np.array_equal(np.unique(ids), np.arange(N))
+    assert np.bincount(ids, minlength=N).max() <= 2
+    assert not list((tmp_path / "ivf").glob(".bbqlib-build-*"))
+    # the directory is an ordinary IVF index: later adds and saves work
+    reopened.add(X[:10])
+    assert bbqlib.IVFIndex.open(tmp_path / "ivf").ntotal == N + 10
+
+
+def test_build_without_client_equals_build_on_cluster(client, data, tmp_path):
+    X, Q, _ = data
+    a = build_ivf(_chunks(X), tmp_path / "a", cluster_size=64, client=client)
+    with pytest.MonkeyPatch.context() as mp:  # no current client: tasks run in-process
+        mp.setattr("bbqlib.distributed.build.resolve_client", lambda c: None)
+        b = build_ivf(_chunks(X), tmp_path / "b", cluster_size=64)
+    assert np.array_equal(a.centroids_, b.centroids_)
+    for got, want in zip(a.search(Q, 10), b.search(Q, 10), strict=True):
+        assert np.array_equal(got, want)
+
+
+def test_build_from_npy_files(client, data, tmp_path):
+    X, Q, _ = data
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for i, s in enumerate(range(0, N, 1500)):
+        np.save(shards / f"part-{i}.npy", X[s : s + 1500])
+    a = build_ivf(shards, tmp_path / "from-files", cluster_size=64, client=client)
+    b = build_ivf(_chunks(X, 1500), tmp_path / "from-array", cluster_size=64, client=client)
+    for got, want in zip(a.search(Q, 10), b.search(Q, 10), strict=True):
+        assert np.array_equal(got, want)
+
+
+# ----------------------------------------------------------------------------- shards
+def test_sharded_search_is_identical_to_the_union(client, data, tmp_path):
+    X, Q, gt = data
+    half = N // 2
+    s0 = build_ivf(_chunks(X[:half]), tmp_path / "s0", cluster_size=64, soar=False, client=client)
+    build_ivf(_chunks(X[half:]), tmp_path / "s1", like=s0, soar=False, client=client)
+    union = build_ivf(_chunks(X), tmp_path / "u", like=s0, soar=False, client=client)
+    sharded = ShardedIndex.open([tmp_path / "s0", tmp_path / "s1"], client=client)
+    assert sharded.ntotal == N and len(sharded) == N
+    for kw in ({"visit_percentage": 100, "oversample": 1000},
+               {"visit_percentage": 100, "rerank": False}):  # fmt: skip
+        got = sharded.search(Q, 10, **kw)
+        want = union.search(Q, 10, **kw)
+        assert np.array_equal(got[1], want[1]), kw
+        np.testing.assert_array_equal(got[0], want[0])
+    # partial visits: each shard spends its own budget; recall no worse than the union's
+    r_sharded = _recall(sharded.search(Q, 10, visit_percentage=10)[1], gt)
+    r_union = _recall(union.search(Q, 10, visit_percentage=10)[1], gt)
+    assert r_sharded >= r_union - 0.005
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("bbqlib.distributed.sharded.resolve_client", lambda c: None)
+        local = ShardedIndex.open([tmp_path / "s0", tmp_path / "s1"])
+    assert np.array_equal(local.search(Q, 10)[1], sharded.search(Q, 10)[1])
+    sharded.close()
+
+
+# ----------------------------------------------------------------------------- faults
+class _KillDuringTask(distributed.WorkerPlugin):
+    """Kill this worker process (os._exit) shortly after a task of ``prefix`` starts.
+
+    ``once``: only the first time across the cluster (a marker file says it happened).
+    """
+
+    def __init__(self, prefix: str, marker: str, once: bool):
+        self.prefix, self.marker, self.once = prefix, marker, once
+
+    def transition(self, key, start, finish, **kwargs):
+        name = key if isinstance(key, str) else str(key)
+        if finish != "executing" or not name.startswith(self.prefix):
+            return
+        if self.once:
+            try:
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                return
+
+        def die():
+            time.sleep(0.05)
+            os._exit(1)
+
+        threading.Thread(target=die, daemon=True).start()
+
+
+def _unregister(client, name):
+    client.unregister_worker_plugin(name)
+    client.wait_for_workers(2, timeout=60)
+
+
+def test_worker_killed_mid_build_is_retried(client, data, tmp_path):
+    X, Q, _ = data
+    want = build_ivf(_chunks(X), tmp_path / "ref", cluster_size=64, client=client)
+    plugin = _KillDuringTask("bbqlib-encode-", str(tmp_path / "killed"), once=True)
+    client.register_plugin(plugin, name="kill-once")
+    try:
+        got = build_ivf(_chunks(X), tmp_path / "ivf", cluster_size=64, client=client)
+    finally:
+        _unregister(client, "kill-once")
+    assert (tmp_path / "killed").exists()  # a worker did die mid-task
+    for a, b in zip(got.search(Q, 10), want.search(Q, 10), strict=True):
+        assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new-dir", "over-an-index"])
+def test_build_that_keeps_failing_leaves_no_half_index(client, data, tmp_path, existing):
+    X, Q, _ = data
+    path = tmp_path / "ivf"
+    if existing:
+        before = build_ivf(_chunks(X[:2000]), path, cluster_size=64, client=client)
+        files_before = sorted(p.name for p in path.iterdir())
+        want = before.search(Q, 10)
+    plugin = _KillDuringTask("bbqlib-merge-", str(tmp_path / "unused"), once=False)
+    client.register_plugin(plugin, name="kill-always")
+    try:
+        with dask_config({"distributed.scheduler.allowed-failures": 0}):
+            with pytest.raises(BuildError, match="holds"):
+                build_ivf(_chunks(X), path, cluster_size=64, client=client)
+    finally:
+        _unregister(client, "kill-always")
+    if existing:
+        assert sorted(p.name for p in path.iterdir()) == files_before
+        index = bbqlib.IVFIndex.open(path)
+        assert index.ntotal == 2000
+        for a, b in zip(index.search(Q, 10), want, strict=True):
+            assert np.array_equal(a, b)
+    else:
+        assert not path.exists()
+
+
+def dask_config(values):
+    import dask
+
+    return dask.config.set(values)
+
+
+# ----------------------------------------------------------------------------- inputs
+def test_inputs_from_vector_files_and_parquet(data, tmp_path):
+    from bbqlib.distributed import from_files, from_parquet
+    from bbqlib.io.vectors import write_fbin, write_fvecs
+
+    X = data[0][:1000]
+    write_fvecs(tmp_path / "a.fvecs", X[:300])
+    write_fbin(tmp_path / "b.fbin", X[300:700])
+    np.save(tmp_path / "c.npy", X[700:])
+    arr = from_files(tmp_path, block_bytes=100 * 4 * D)
+    assert max(arr.chunks[0]) == 100
+    assert np.array_equal(arr.compute(), X)
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    frame = pd.DataFrame({"id": np.arange(1000), "emb": list(X.astype(np.float32))})
+    (tmp_path / "pq").mkdir()
+    frame.iloc[:600].to_parquet(tmp_path / "pq" / "0.parquet")
+    frame.iloc[600:].to_parquet(tmp_path / "pq" / "1.parquet")
+    arr = from_parquet(tmp_path / "pq", "emb")
+    assert arr.shape == X.shape
+    assert np.array_equal(arr.compute(), X)
+
+
+def test_errors_name_the_parameter(data, tmp_path):
+    X = data[0]
+    with pytest.raises(ValueError, match="sample"):
+        build_ivf(X, tmp_path / "x", sample=0)
+    with pytest.raises(NotImplementedError, match="ids"):
+        build_ivf(X, tmp_path / "x", ids=np.arange(N)[::-1].copy())
+    with pytest.raises(TypeError, match="dask.array"):
+        build_ivf(object(), tmp_path / "x")
+    with pytest.raises(ValueError, match="fitted"):
+        encode(bbqlib.BBQQuantizer(), X)
+    assert not (tmp_path / "x").exists()
+
+
+def test_missing_dask_names_the_extra(monkeypatch):
+    from bbqlib.distributed import _dask
+
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    with pytest.raises(ImportError, match=r"bbqlib\[dask\]"):
+        _dask.require()
+
