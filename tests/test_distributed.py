@@ -197,7 +197,7 @@ class _KillDuringTask(distributed.WorkerPlugin):
 
 def _unregister(client, name):
     client.unregister_worker_plugin(name)
-    client.wait_for_workers(2, timeout=60)
+    client.wait_for_workers(2, timeout=180)
 
 
 def test_worker_killed_mid_build_is_retried(client, data, tmp_path):
@@ -224,11 +224,12 @@ def test_build_that_keeps_failing_leaves_no_half_index(client, data, tmp_path, e
         want = before.search(Q, 10)
     plugin = _KillDuringTask("bbqlib-merge-", str(tmp_path / "unused"), once=False)
     client.register_plugin(plugin, name="kill-always")
+    old = client.run_on_scheduler(_set_allowed_failures, 0)
     try:
-        with dask_config({"distributed.scheduler.allowed-failures": 0}):
-            with pytest.raises(BuildError, match="holds"):
-                build_ivf(_chunks(X), path, cluster_size=64, client=client)
+        with pytest.raises(BuildError, match="holds"):
+            build_ivf(_chunks(X), path, cluster_size=64, client=client)
     finally:
+        client.run_on_scheduler(_set_allowed_failures, old)
         _unregister(client, "kill-always")
     if existing:
         assert sorted(p.name for p in path.iterdir()) == files_before
@@ -240,10 +241,11 @@ def test_build_that_keeps_failing_leaves_no_half_index(client, data, tmp_path, e
         assert not path.exists()
 
 
-def dask_config(values):
-    import dask
-
-    return dask.config.set(values)
+def _set_allowed_failures(value, dask_scheduler=None):
+    """On the scheduler: how often a task may lose its worker before it fails for good."""
+    old = dask_scheduler.allowed_failures
+    dask_scheduler.allowed_failures = value
+    return old
 
 
 # ----------------------------------------------------------------------------- inputs
