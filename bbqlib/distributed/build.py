@@ -25,8 +25,10 @@ it; a build that fails leaves the previous index (or, for a new directory, nothi
 
 from __future__ import annotations
 
+import logging
 import secrets
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +39,8 @@ from ._dask import broadcast, require, resolve_client, run_tasks
 from .inputs import as_dask_array
 
 __all__ = ["build_ivf", "BuildError", "default_sample"]
+
+log = logging.getLogger(__name__)
 
 #: Sample rows per list for the clustering (as Elasticsearch's k-means samples per cluster).
 SAMPLE_PER_LIST = 64
@@ -171,9 +175,19 @@ class _Build:
         self.n, self.d = (int(s) for s in X.shape)
         self.token = secrets.token_hex(4)
         self.centroids = None
+        self.timings: dict[str, float] = {}
         self.blocks = list(X.to_delayed().ravel())
         self.rows = np.zeros(len(self.blocks) + 1, dtype=np.int64)
         np.cumsum(X.chunks[0], out=self.rows[1:])
+
+    def mark(self, stage: str) -> str:
+        """Log the end of the previous stage (wall seconds) and start ``stage``."""
+        now = time.perf_counter()
+        if getattr(self, "_stage", None) is not None:
+            self.timings[self._stage] = now - self._t0
+            log.info("bbqlib build %s: %s took %.1f s", self.token, self._stage, now - self._t0)
+        self._stage, self._t0 = stage, now
+        return stage
 
     def tasks(self, fn, args, stage, on_result=None):
         return run_tasks(self.client, fn, args, stage=stage, build=self.token,
@@ -188,33 +202,34 @@ class _Build:
         self.staging = self.path / f".bbqlib-build-{self.token}"
         self.staging.mkdir()
         moved: list[Path] = []
-        stage = "sample"
+        stage = self.mark("sample")
         try:
             if self.centroids is not None:
-                stage = "encode"
+                stage = self.mark("encode")
                 assigner, results = self.encode(self.centroids, None, None)
-                stage = "merge"
+                stage = self.mark("merge")
                 postings = self.merge(assigner, results)
-                stage = "commit"
+                stage = self.mark("commit")
                 self.commit(assigner.C, results, postings, moved)
+                self.mark(None)
                 shutil.rmtree(self.staging, ignore_errors=True)
                 return IVFIndex.open(self.path)
             fit_rows, km_rows = self.sample_rows()
             q = self.index.quantizer
             q.fit(fit_rows)
             del fit_rows
-            stage = "cluster"
+            stage = self.mark("cluster")
             C, S_assign, S = self.cluster(km_rows)
             del km_rows
             if self.refine:
-                stage = "means"
+                stage = self.mark("means")
                 C, S_assign = self.means(C, S)
-            stage = "encode"
+            stage = self.mark("encode")
             assigner, results = self.encode(C, S, S_assign)
             del S
-            stage = "merge"
+            stage = self.mark("merge")
             postings = self.merge(assigner, results)
-            stage = "commit"
+            stage = self.mark("commit")
             self.commit(assigner.C, results, postings, moved)
         except BaseException as err:
             self.abort(created, moved)
@@ -225,6 +240,7 @@ class _Build:
                 f"{err}); {self.path} holds "
                 + ("nothing (removed)" if created else "the index it held before")
             ) from err
+        self.mark(None)
         shutil.rmtree(self.staging, ignore_errors=True)
         return IVFIndex.open(self.path)
 
