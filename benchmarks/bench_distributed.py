@@ -466,3 +466,7 @@ def main(argv=None) -> int:
         Path(args.result).write_text(json.dumps(result))
         return 0
     return run_all(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,6 +8,7 @@ machine failure would.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 import time
@@ -96,48 +97,49 @@ def test_encode_to_directory(client, data, tmp_path):
 
 
 # ----------------------------------------------------------------------------- build
-def test_build_opens_and_matches_the_single_process_recall(client, data, tmp_path):
+@pytest.fixture(scope="module")
+def built(client, data, tmp_path_factory):
+    """One distributed build of the test data (cluster, 700-row partitions)."""
+    path = tmp_path_factory.mktemp("built") / "ivf"
+    build_ivf(_chunks(data[0]), path, cluster_size=64, client=client)
+    return path
+
+
+def test_build_opens_and_matches_the_single_process_recall(built, data, tmp_path):
     X, Q, gt = data
-    index = build_ivf(_chunks(X), tmp_path / "ivf", cluster_size=64, client=client)
-    assert isinstance(index, bbqlib.IVFIndex) and index.ntotal == N
+    index = bbqlib.IVFIndex.open(built)
+    assert index.ntotal == N
     assert index.verify()["vector_segments"] == len(_chunks(X).chunks[0])
-    reopened = bbqlib.IVFIndex.open(tmp_path / "ivf")
     local = bbqlib.IVFIndex(cluster_size=64)
     local.add(X)
-    assert abs(reopened.n_lists - local.n_lists) <= 0.1 * local.n_lists
+    assert abs(index.n_lists - local.n_lists) <= 0.1 * local.n_lists
     for vp in (5, 20):
-        r_dist = _recall(reopened.search(Q, 10, visit_percentage=vp)[1], gt)
+        r_dist = _recall(index.search(Q, 10, visit_percentage=vp)[1], gt)
         r_local = _recall(local.search(Q, 10, visit_percentage=vp)[1], gt)
         assert r_dist >= r_local - 0.005, (vp, r_dist, r_local)
     # every vector has its primary entry, at most one spill, none lost in the merge
-    ids = np.asarray(reopened._postings.ids)
+    ids = np.asarray(index._postings.ids)
     assert np.array_equal(np.unique(ids), np.arange(N))
     assert np.bincount(ids, minlength=N).max() <= 2
-    assert not list((tmp_path / "ivf").glob(".bbqlib-build-*"))
+    assert not list(built.glob(".bbqlib-build-*"))
     # the directory is an ordinary IVF index: later adds and saves work
-    reopened.add(X[:10])
-    assert bbqlib.IVFIndex.open(tmp_path / "ivf").ntotal == N + 10
+    shutil.copytree(built, tmp_path / "copy")
+    copy = bbqlib.IVFIndex.open(tmp_path / "copy")
+    copy.add(X[:10])
+    assert bbqlib.IVFIndex.open(tmp_path / "copy").ntotal == N + 10
 
 
-def test_build_without_client_equals_build_on_cluster(client, data, tmp_path):
-    X, Q, _ = data
-    a = build_ivf(_chunks(X), tmp_path / "a", cluster_size=64, client=client)
-    with pytest.MonkeyPatch.context() as mp:  # no current client: tasks run in-process
-        mp.setattr("bbqlib.distributed.build.resolve_client", lambda c: None)
-        b = build_ivf(_chunks(X), tmp_path / "b", cluster_size=64)
-    assert np.array_equal(a.centroids_, b.centroids_)
-    for got, want in zip(a.search(Q, 10), b.search(Q, 10), strict=True):
-        assert np.array_equal(got, want)
-
-
-def test_build_from_npy_files(client, data, tmp_path):
+def test_build_from_files_without_client_equals_build_on_cluster(built, data, tmp_path):
     X, Q, _ = data
     shards = tmp_path / "shards"
     shards.mkdir()
-    for i, s in enumerate(range(0, N, 1500)):
-        np.save(shards / f"part-{i}.npy", X[s : s + 1500])
-    a = build_ivf(shards, tmp_path / "from-files", cluster_size=64, client=client)
-    b = build_ivf(_chunks(X, 1500), tmp_path / "from-array", cluster_size=64, client=client)
+    for i, s in enumerate(range(0, N, 700)):  # the fixture's partitions, as .npy files
+        np.save(shards / f"part-{i:02d}.npy", X[s : s + 700])
+    with pytest.MonkeyPatch.context() as mp:  # no current client: tasks run in-process
+        mp.setattr("bbqlib.distributed.build.resolve_client", lambda c: None)
+        b = build_ivf(shards, tmp_path / "b", cluster_size=64)
+    a = bbqlib.IVFIndex.open(built)
+    assert np.array_equal(a.centroids_, b.centroids_)
     for got, want in zip(a.search(Q, 10), b.search(Q, 10), strict=True):
         assert np.array_equal(got, want)
 
@@ -200,9 +202,9 @@ def _unregister(client, name):
     client.wait_for_workers(2, timeout=180)
 
 
-def test_worker_killed_mid_build_is_retried(client, data, tmp_path):
+def test_worker_killed_mid_build_is_retried(client, built, data, tmp_path):
     X, Q, _ = data
-    want = build_ivf(_chunks(X), tmp_path / "ref", cluster_size=64, client=client)
+    want = bbqlib.IVFIndex.open(built)
     plugin = _KillDuringTask("bbqlib-encode-", str(tmp_path / "killed"), once=True)
     client.register_plugin(plugin, name="kill-once")
     try:
@@ -215,11 +217,12 @@ def test_worker_killed_mid_build_is_retried(client, data, tmp_path):
 
 
 @pytest.mark.parametrize("existing", [False, True], ids=["new-dir", "over-an-index"])
-def test_build_that_keeps_failing_leaves_no_half_index(client, data, tmp_path, existing):
+def test_build_that_keeps_failing_leaves_no_half_index(client, built, data, tmp_path, existing):
     X, Q, _ = data
     path = tmp_path / "ivf"
     if existing:
-        before = build_ivf(_chunks(X[:2000]), path, cluster_size=64, client=client)
+        shutil.copytree(built, path)
+        before = bbqlib.IVFIndex.open(path)
         files_before = sorted(p.name for p in path.iterdir())
         want = before.search(Q, 10)
     plugin = _KillDuringTask("bbqlib-merge-", str(tmp_path / "unused"), once=False)
@@ -227,14 +230,14 @@ def test_build_that_keeps_failing_leaves_no_half_index(client, data, tmp_path, e
     old = client.run_on_scheduler(_set_allowed_failures, 0)
     try:
         with pytest.raises(BuildError, match="holds"):
-            build_ivf(_chunks(X), path, cluster_size=64, client=client)
+            build_ivf(_chunks(X[:2000]), path, cluster_size=64, client=client)
     finally:
         client.run_on_scheduler(_set_allowed_failures, old)
         _unregister(client, "kill-always")
     if existing:
         assert sorted(p.name for p in path.iterdir()) == files_before
         index = bbqlib.IVFIndex.open(path)
-        assert index.ntotal == 2000
+        assert index.ntotal == N
         for a, b in zip(index.search(Q, 10), want, strict=True):
             assert np.array_equal(a, b)
     else:
@@ -291,3 +294,11 @@ def test_missing_dask_names_the_extra(monkeypatch):
     with pytest.raises(ImportError, match=r"bbqlib\[dask\]"):
         _dask.require()
 
+
+def test_import_bbqlib_does_not_import_dask():
+    import subprocess
+
+    code = "import sys, bbqlib, bbqlib.distributed; print('dask' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    assert out.stdout.strip() == "False"
