@@ -278,8 +278,14 @@ def test_errors_name_the_parameter(data, tmp_path):
     X = data[0]
     with pytest.raises(ValueError, match="sample"):
         build_ivf(X, tmp_path / "x", sample=0)
-    with pytest.raises(NotImplementedError, match="ids"):
-        build_ivf(X, tmp_path / "x", ids=np.arange(N)[::-1].copy())
+    from bbqlib.distributed.build import _ids_module
+
+    if _ids_module() is None:
+        with pytest.raises(NotImplementedError, match="ids"):
+            build_ivf(X, tmp_path / "x", ids=np.arange(N)[::-1].copy())
+    else:
+        with pytest.raises(ValueError, match="unique"):
+            build_ivf(X, tmp_path / "x", ids=np.zeros(N, np.int64))
     with pytest.raises(TypeError, match="dask.array"):
         build_ivf(object(), tmp_path / "x")
     with pytest.raises(ValueError, match="fitted"):
@@ -293,6 +299,25 @@ def test_missing_dask_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)
     with pytest.raises(ImportError, match=r"bbqlib\[dask\]"):
         _dask.require()
+
+
+def test_custom_ids_are_stored_and_returned(client, built, data, tmp_path):
+    from bbqlib.distributed.build import _ids_module
+
+    if _ids_module() is None:
+        pytest.skip("this bbqlib has no custom ids (IVF format 4, issue 13)")
+    import dask.array as da
+
+    X, Q, _ = data
+    ids = np.arange(N, dtype=np.int64) * 7 + 10**12  # increasing: ties keep their order
+    build_ivf(_chunks(X), tmp_path / "ivf", ids=da.from_array(ids, chunks=1000),
+                      cluster_size=64, client=client)  # fmt: skip
+    want = bbqlib.IVFIndex.open(built).search(Q, 10)
+    got = bbqlib.IVFIndex.open(tmp_path / "ivf").search(Q, 10)
+    assert np.array_equal(got[1], ids[want[1]])
+    assert np.array_equal(got[0], want[0])
+    shards = ShardedIndex.open([tmp_path / "ivf"], client=None)
+    assert np.array_equal(shards.search(Q, 10)[1], got[1])
 
 
 def test_import_bbqlib_does_not_import_dask():

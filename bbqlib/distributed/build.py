@@ -59,19 +59,33 @@ def default_sample(n: int, cluster_size: int) -> int:
     return int(min(n, max(FIT_SAMPLE, SAMPLE_PER_LIST * -(-n // cluster_size))))
 
 
+def _ids_module():
+    """``bbqlib.index.ids`` (custom ids, IVF format 4) when this bbqlib has it, else None."""
+    try:
+        from ..index import ids
+    except ImportError:
+        return None
+    return ids
+
+
 def _check_ids(ids, n: int):
+    """Custom ids as int64 [n], or None for the row numbers (the default)."""
     if ids is None:
         return None
     ids = np.asarray(ids.compute() if hasattr(ids, "compute") else ids)
-    if ids.shape != (n,) or ids.dtype.kind not in "iu":
-        raise ValueError(f"ids must be {n} integers (one per row), got {ids.dtype} {ids.shape}")
-    if not np.array_equal(ids, np.arange(n)):
-        raise NotImplementedError(
-            "custom ids need the IVF directory format with an id map (issue 13), not merged "
-            "yet; build with ids=None (ids are the row numbers) and offset them per shard "
-            "with ShardedIndex(id_offsets=...)"
-        )
-    return None
+    module = _ids_module()
+    if module is None:
+        if ids.shape != (n,) or ids.dtype.kind not in "iu":
+            raise ValueError(f"ids must be {n} integers (one per row), got {ids.dtype} {ids.shape}")
+        if not np.array_equal(ids, np.arange(n)):
+            raise NotImplementedError(
+                "custom ids need the IVF directory format with an id map (issue 13), not in "
+                "this bbqlib; build with ids=None (ids are the row numbers) and offset them "
+                "per shard with ShardedIndex(id_offsets=...)"
+            )
+        return None
+    ids = module.check_ids(ids, n)
+    return None if np.array_equal(ids, np.arange(n)) else ids
 
 
 def build_ivf(
@@ -105,8 +119,9 @@ def build_ivf(
         As for :class:`~bbqlib.IVFIndex` (default: 1-bit BBQ, cosine); fitted here on the
         same seeded rows ``IVFIndex.add`` fits on.
     ids : array of int, optional
-        Ids of the rows; only the row numbers (the default) until the IVF format carries an
-        id map (issue 13).
+        The caller's int64 id of each row (NumPy or Dask array; unique, >= 0), stored as
+        ``IVFIndex.add(X, ids=...)`` stores them (IVF format 4) and returned by searches;
+        default: the row numbers. Needs a bbqlib with custom ids (issue 13).
     cluster_size : int, default 384
         Target vectors per list.
     sample : int, optional
@@ -154,7 +169,7 @@ def build_ivf(
         quantizer = like.quantizer
     index = IVFIndex(quantizer, cluster_size=cluster_size, seed=seed, soar=soar,
                      store_vectors=store_vectors)  # fmt: skip
-    _check_ids(ids, n)
+    ids = _check_ids(ids, n)
     if sample is None:
         sample = default_sample(n, index.cluster_size)
     elif isinstance(sample, bool) or not isinstance(sample, (int, np.integer)) or sample < 1:
@@ -163,6 +178,7 @@ def build_ivf(
     show = n >= 1_000_000 if progress is None else bool(progress)
     path = Path(path)
     build = _Build(index, X, path, int(min(sample, n)), refine, client, show)
+    build.ids = ids
     if like is not None:
         build.centroids = np.array(like.centroids_)
     return build.run()
@@ -175,6 +191,7 @@ class _Build:
         self.n, self.d = (int(s) for s in X.shape)
         self.token = secrets.token_hex(4)
         self.centroids = None
+        self.ids = None
         self.timings: dict[str, float] = {}
         self.blocks = list(X.to_delayed().ravel())
         self.rows = np.zeros(len(self.blocks) + 1, dtype=np.int64)
@@ -378,6 +395,8 @@ class _Build:
             n_blocks = int(lut_block_starts(start)[-1])
             sections.append(("lut_codes", np.uint8, (n_blocks, doc_bytes * 32)))
         sections.append(("assignments", np.int32, (self.n, 2)))
+        if self.ids is not None:
+            sections.append(("row_ids", np.int64, (self.n,)))
         gen = _next_generation(self.path)
         container = StreamedContainer(
             self.path / f"postings.{gen:06d}.bbq", ST.POSTINGS_KIND, {"generation": gen},
@@ -403,12 +422,14 @@ class _Build:
             section_crc[name] = value
         from ..io.streamed import write_rows
 
-        value = 0
-        for r0 in range(0, self.n, _ROWS):
-            block = self.assignments[r0 : r0 + _ROWS]
-            value = crc32_combine(value, write_rows(container, "assignments", r0, block),
-                                  block.nbytes)  # fmt: skip
-        section_crc["assignments"] = value
+        rows_of = {"assignments": self.assignments, "row_ids": self.ids}
+        for name in [s[0] for s in sections if s[0] in rows_of]:
+            value = 0
+            for r0 in range(0, self.n, _ROWS):
+                block = rows_of[name][r0 : r0 + _ROWS]
+                value = crc32_combine(value, write_rows(container, name, r0, block),
+                                      block.nbytes)  # fmt: skip
+            section_crc[name] = value
         return container, section_crc, start, crc, lut_crc
 
     def commit(self, C, results, postings, moved) -> None:
@@ -437,6 +458,9 @@ class _Build:
         index._set_deleted(np.zeros(self.n, dtype=bool))
         index._segments = segments
         index._assign = arrays["assignments"]
+        module = _ids_module()
+        if module is not None:  # format 4: the caller's ids, mapped from the posting file
+            index._row_ids = module.RowIds(self.n, arrays.get("row_ids"))
         index._postings = Postings(
             arrays["codes"], arrays["factors"], arrays["ids"], start, crc=crc,
             lut_crc=lut_crc, source=container.path,

@@ -42,8 +42,9 @@ def _merge(parts, offsets, k: int, similarity, scores: str):
     return out_values, out_ids
 
 
-def _sizes(index) -> tuple[int, int]:
-    return index.ntotal, len(index)
+def _sizes(index) -> tuple[int, int, bool]:
+    row_ids = getattr(index, "_row_ids", None)  # custom ids (IVF format 4), if any
+    return index.ntotal, len(index), row_ids is None or row_ids.is_identity
 
 
 class ShardedIndex:
@@ -80,7 +81,8 @@ class ShardedIndex:
         client : distributed.Client, optional
             Default: the current client; without one the shards are opened in this process.
         id_offsets : list of int, optional
-            Added to each shard's ids; default: cumulative ``ntotal`` of the earlier shards.
+            Added to each shard's ids; default: cumulative ``ntotal`` of the earlier shards
+            when the shards' ids are their row numbers, 0 when any shard holds custom ids.
         """
         paths = [str(Path(p)) for p in paths]
         if not paths:
@@ -121,8 +123,9 @@ class ShardedIndex:
                 f"{sorted(dims)}; every shard must index the same kind of vectors"
             )
         totals = np.array([m[2] for m in meta], dtype=np.int64)
-        if id_offsets is None:
-            id_offsets = np.concatenate([[0], np.cumsum(totals)[:-1]])
+        if id_offsets is None:  # consecutive row ranges, unless the shards carry their ids
+            rows = all(m[4] for m in meta)
+            id_offsets = np.concatenate([[0], np.cumsum(totals)[:-1]]) if rows else 0 * totals
         id_offsets = np.asarray(id_offsets, dtype=np.int64)
         if id_offsets.shape != (len(paths),):
             raise ValueError(f"id_offsets must hold {len(paths)} integers, got {id_offsets.shape}")
