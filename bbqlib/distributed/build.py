@@ -414,7 +414,7 @@ class _Build:
         crc = np.concatenate([p[0] for p in parts])
         lut_crc = np.concatenate([p[1] for p in parts]) if planes else None
         section_crc = {}
-        for name in [s[0] for s in sections if s[0] != "assignments"]:
+        for name in [s[0] for s in sections if s[0] not in ("assignments", "row_ids")]:
             value = 0
             for p in parts:
                 piece, nbytes = p[2][name]

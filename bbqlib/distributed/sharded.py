@@ -42,6 +42,15 @@ def _merge(parts, offsets, k: int, similarity, scores: str):
     return out_values, out_ids
 
 
+def _default_scores() -> str:
+    """The ``scores`` default of :meth:`bbqlib.IVFIndex.search` (one default everywhere)."""
+    import inspect
+
+    from ..index.ivf import IVFIndex
+
+    return inspect.signature(IVFIndex.search).parameters["scores"].default
+
+
 def _sizes(index) -> tuple[int, int, bool]:
     row_ids = getattr(index, "_row_ids", None)  # custom ids (IVF format 4), if any
     return index.ntotal, len(index), row_ids is None or row_ids.is_identity
@@ -139,12 +148,14 @@ class ShardedIndex:
     def __len__(self) -> int:
         return self._live
 
-    def search(self, queries, k: int = 10, *, scores: str = "similarity", **kwargs):
+    def search(self, queries, k: int = 10, *, scores: str | None = None, **kwargs):
         """Top ``k`` over all shards: ``(scores float32 [nq, k], ids int64 [nq, k])``.
 
         Keyword arguments (``visit_percentage``, ``oversample``, ``rerank``) go to every
-        shard's :meth:`~bbqlib.IVFIndex.search`; ``scores`` as there.
+        shard's :meth:`~bbqlib.IVFIndex.search`; ``scores`` as there (default: its default).
         """
+        if scores is None:
+            scores = _default_scores()
         check_scores(scores)
         if "filter" in kwargs:
             raise ValueError("ShardedIndex.search takes no filter (filter each shard's ids)")
