@@ -364,9 +364,6 @@ def _same_index(a: Path, b: Path) -> bool:
 def run_all(args) -> int:
     import bbqlib
 
-    sys.path.insert(0, str(HERE))
-    import _common
-
     workdir = Path(args.workdir)
     n = args.n
     skip = set(filter(None, args.skip.split(",")))
@@ -399,18 +396,41 @@ def run_all(args) -> int:
     Q = np.load(workdir / "queries.npy")
     gt = np.load(workdir / f"gt-{n}.npy")
     if "search" not in skip:
-        indexes = {"single process": bbqlib.IVFIndex.open(idx["single"]),
-                   "dask 2 workers": bbqlib.IVFIndex.open(idx["dask2"])}  # fmt: skip
+        names = {"single": "single process", "dask2": "dask 2 workers"}
+        indexes = {names[k]: bbqlib.IVFIndex.open(idx[k]) for k in names if idx[k].exists()}
         res["search"] = search_table(indexes, Q, gt, [None, 0.5, 1.0, 2.0])
         save()
     if "shards" not in skip:
         res["shards"] = shards_check(args, workdir, min(n, args.shards_n))
         save()
-    report(res, args, _common)
     return 0
 
 
-def report(res: dict, args, _common) -> None:
+def report_all(args) -> int:
+    """distributed.md from every ``results-<n>.json`` in the workdir."""
+    sys.path.insert(0, str(HERE))
+    import _common
+
+    workdir = Path(args.workdir)
+    tables, notes = [], []
+    for path in sorted(workdir.glob("results-*.json"), key=lambda p: int(p.stem.split("-")[1])):
+        res = json.loads(path.read_text())
+        n = int(path.stem.split("-")[1])
+        t, nt = report(res, n, _common)
+        tables += t
+        notes += nt
+    _common.write_result(args.out, "Distributed IVF build (Dask)", COMMANDS, tables, notes)
+    return 0
+
+
+COMMANDS = """python benchmarks/bench_distributed.py prepare --n 5000000
+python benchmarks/bench_distributed.py all --n 1000000 --skip shards
+python benchmarks/bench_distributed.py all --n 5000000 --skip single,dask1,shards
+python benchmarks/bench_distributed.py all --n 250000 --skip single,dask1,dask2,search
+python benchmarks/bench_distributed.py report"""
+
+
+def report(res: dict, n: int, _common):
     builds = []
     for key in ("single", "dask1", "dask2"):
         if key not in res:
@@ -428,7 +448,7 @@ def report(res: dict, args, _common) -> None:
             "cap": r.get("cap_mb"),
             "load": " / ".join(f"{x:.1f}" for x in r["load"]),
         })  # fmt: skip
-    tables = ["### Build\n\n" + _common.markdown_table(builds, [
+    tables = [] if not builds else [f"### Build, n = {n:,}\n\n" + _common.markdown_table(builds, [
         ("build", "build"), ("n", "rows"), ("wall", "wall s", ".0f"), ("lists", "lists"),
         ("vs 1 worker", "speed-up vs 1 worker", ".2f"),
         ("vs single", "wall / single-process wall", ".2f"),
@@ -436,28 +456,25 @@ def report(res: dict, args, _common) -> None:
         ("cap", "cgroup cap (MB)"), ("load", "load avg after (1/5/15)"),
     ])]  # fmt: skip
     if "search" in res:
-        tables.append("### Search (500 queries, one batch, recall@10)\n\n" + _common.markdown_table(
+        head = f"### Search, n = {n:,} (500 queries, one batch, recall@10)\n\n"
+        tables.append(head + _common.markdown_table(
             res["search"], [("index", "index"), ("vp", "visit_percentage"), ("recall", "recall@10"),
                             ("qps", "QPS", ".0f")]))  # fmt: skip
     if "shards" in res:
         sh = res["shards"]
         rows = [{"what": k, "value": v} for k, v in sh.items()]
-        tables.append("### Two shards vs their union\n\n" + _common.markdown_table(
+        tables.append(f"### Two shards vs their union, n = {n:,}\n\n" + _common.markdown_table(
             rows, [("what", "check"), ("value", "value")]))  # fmt: skip
-    notes = [
-        "Each build runs in its own process; the dask builds on LocalCluster(n_workers=W, "
-        "threads_per_worker=1, processes=True), NUMBA_NUM_THREADS=1 in the workers; the "
-        "single-process build uses numba's 2 threads.",
-        f"dask 1 worker and dask 2 workers built identical indexes: {res.get('dask1 == dask2')}",
-    ]
-    _common.write_result(args.out, "Distributed IVF build (Dask)",
-                         f"python benchmarks/bench_distributed.py all --n {args.n}",
-                         tables, notes)  # fmt: skip
+    notes = []
+    if "dask1 == dask2" in res:
+        notes.append(f"n = {n:,}: the 1-worker and 2-worker builds are identical (centroids, "
+                     f"codes, ids, list CRCs): {res['dask1 == dask2']}")  # fmt: skip
+    return tables, notes
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("command", choices=["prepare", "build-dist", "build-single", "all"])
+    ap.add_argument("command", choices=["prepare", "build-dist", "build-single", "all", "report"])
     ap.add_argument("--n", type=int, default=5_000_000)
     ap.add_argument("--workdir", default="/work/tmp/bbqlib-dask")
     ap.add_argument("--workers", type=int, default=2)
@@ -478,6 +495,8 @@ def main(argv=None) -> int:
         result = (build_dist if args.command == "build-dist" else build_single)(args)
         Path(args.result).write_text(json.dumps(result))
         return 0
+    if args.command == "report":
+        return report_all(args)
     return run_all(args)
 
 

@@ -327,3 +327,23 @@ def test_import_bbqlib_does_not_import_dask():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)  # fmt: skip
     assert out.stdout.strip() == "False"
+
+
+def test_assigner_walk_finds_the_nearest_centroid():
+    """The greedy walk over the centroid graph against brute force (parents exist: K > 1024)."""
+    from bbqlib.distributed._assign import make_assigner
+    from bbqlib.index.clustering import nearest_centroid, soar_assign
+
+    g = np.random.default_rng(3)
+    C = g.normal(size=(1100, 24)).astype(np.float32)
+    W = (C[g.integers(0, 1100, 6000)] + 0.3 * g.normal(size=(6000, 24))).astype(np.float32)
+    a = make_assigner(C, seed=1)
+    assert 16 < a.parents.shape[0] < 100
+    exact = nearest_centroid(W, C)
+    got = a.nearest(W)
+    assert np.mean(got == exact) >= 0.99
+    d = lambda i, j: ((W[i] - C[j]) ** 2).sum(axis=-1)  # noqa: E731
+    worse = d(np.arange(6000), got) - d(np.arange(6000), exact)
+    assert worse.min() >= 0 and np.mean(worse) < 1e-3 * np.mean(d(np.arange(6000), exact))
+    assert np.array_equal(a.nearest(W, exact), exact)  # a right start stays put
+    assert np.array_equal(a.soar(W, exact, 1.0), soar_assign(W, C, exact))

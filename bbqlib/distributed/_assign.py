@@ -2,12 +2,13 @@
 
 A single-process build learns assignments while it clusters; a distributed one clusters a
 sample, then assigns every partition on its own. Comparing a row with all ``K`` centroids
-(13,000 at 5M rows) would cost more than the rest of the build, so :class:`Assigner` walks
-the centroid graph instead: the nearest of a few hundred entry centroids (one per parent of
-:func:`~bbqlib.index.clustering.parent_level`), then, until no row moves, the nearest among
-the current centroid and its 128 nearest centroids (the neighbourhood the single-process
-refinement searches, ``bbqlib.index.clustering``). SOAR and its spill costs use the same
-precomputed neighbourhoods, so no worker recomputes the ``K x K`` distances.
+(13,000 at 5M rows) would cost more than the rest of the build, so :class:`Assigner` goes
+down a two-level tree and then walks the centroid graph: the nearest parent (of
+:func:`~bbqlib.index.clustering.parent_level`, about ``K / 32`` of them), the nearest child
+of that parent and of its :data:`PROBE` - 1 nearest parents, then, until no row moves, the
+nearest among the current centroid and its 128 nearest centroids (the neighbourhood the
+single-process refinement searches, ``bbqlib.index.clustering``). SOAR and its spill costs
+use the same precomputed neighbourhoods, so no worker recomputes the ``K x K`` distances.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ __all__ = ["Assigner", "make_assigner"]
 
 #: Centroid neighbourhood searched per step (as the single-process refinement and SOAR).
 NEIGHBOURS = 128
-#: Children per entry parent (about ``K / 32`` entry centroids).
+#: Children per parent (about ``K / 32`` parents).
 ENTRY_CHILDREN = 32
+#: Parents whose children are searched for a row (its nearest parent's nearest parents).
+PROBE = 4
 #: Most neighbourhood steps of the greedy walk.
 MAX_STEPS = 8
 
@@ -48,7 +51,8 @@ class Assigner:
 
     C: np.ndarray  # float32 [K, d]
     neigh: np.ndarray  # int32 [K, m]
-    entries: np.ndarray  # int32 [E] ids of the entry centroids
+    parents: np.ndarray | None  # float32 [P, d], None: every row is compared with all of C
+    children: np.ndarray | None  # int32 [P, w]: children of each parent's PROBE nearest parents
 
     @property
     def n_lists(self) -> int:
@@ -62,14 +66,19 @@ class Assigner:
         """
         K = self.n_lists
         if start is None:
-            Ce = np.ascontiguousarray(self.C[self.entries])
-            local = np.empty(W.shape[0], dtype=np.int32)
-            nearest_centroid_kernel(W, Ce, local)
-            current = self.entries[local]
+            current = np.empty(W.shape[0], dtype=np.int32)
+            if self.parents is None:
+                nearest_centroid_kernel(W, self.C, current)
+                return current  # exact
+            parent = np.empty(W.shape[0], dtype=np.int32)
+            nearest_centroid_kernel(W, self.parents, parent)
+            groups = _groups(parent, self.parents.shape[0])
+            # group p scans centroid p (any real centroid: harmless) and children[p]
+            nearest_in_neighbourhood_kernel(W, self.C, *groups, self.children, current)
         else:
             current = np.asarray(start, dtype=np.int32).copy()
-        if (start is None and self.entries.size == K) or self.neigh.shape[1] == 0:
-            return current  # the entries were every centroid (exact already), or K = 1
+        if self.neigh.shape[1] == 0:
+            return current  # K = 1
         todo = np.arange(W.shape[0])
         for _ in range(MAX_STEPS):
             Wt = W if todo.size == W.shape[0] else np.ascontiguousarray(W[todo])
@@ -113,13 +122,26 @@ def make_assigner(C: np.ndarray, seed: int) -> Assigner:
     C = np.ascontiguousarray(C, dtype=np.float32)
     K = C.shape[0]
     neigh = centroid_neighbourhoods(C, NEIGHBOURS) if K > 1 else np.empty((K, 0), dtype=np.int32)
-    parents = parent_level(C, centroids_per_parent=ENTRY_CHILDREN, seed=seed) if K > 1 else None
-    if parents is None:
-        entries = np.arange(K, dtype=np.int32)
-    else:  # the child nearest to each parent centroid
-        entries = np.empty(parents.centroids.shape[0], dtype=np.int32)
-        for p in range(entries.size):
-            kids = parents.child_order[parents.offsets[p] : parents.offsets[p + 1]]
-            diff = C[kids].astype(np.float64) - parents.centroids[p]
-            entries[p] = kids[np.argmin(np.einsum("ij,ij->i", diff, diff))]
-    return Assigner(C, np.ascontiguousarray(neigh, dtype=np.int32), entries)
+    level = parent_level(C, centroids_per_parent=ENTRY_CHILDREN, seed=seed) if K > 1 else None
+    if level is None:
+        return Assigner(C, np.ascontiguousarray(neigh, dtype=np.int32), None, None)
+    P = level.centroids.shape[0]
+    near = _nearest_parents(level.centroids, min(PROBE, P))
+    kids = [level.child_order[level.offsets[p] : level.offsets[p + 1]] for p in range(P)]
+    lists = [np.concatenate([kids[q] for q in near[p]]) for p in range(P)]
+    width = max(len(x) for x in lists)
+    children = np.empty((P, width), dtype=np.int32)
+    for p, x in enumerate(lists):  # pad by repeating the first child (scanned twice: harmless)
+        children[p, : len(x)] = x
+        children[p, len(x) :] = x[0]
+    return Assigner(C, np.ascontiguousarray(neigh, dtype=np.int32),
+                    np.ascontiguousarray(level.centroids, dtype=np.float32), children)  # fmt: skip
+
+
+def _nearest_parents(P: np.ndarray, m: int) -> np.ndarray:
+    """Each parent and its ``m - 1`` nearest other parents (int [P, m])."""
+    P64 = P.astype(np.float64)
+    sq = np.einsum("ij,ij->i", P64, P64)
+    D = sq[:, None] + sq[None, :] - 2.0 * (P64 @ P64.T)
+    np.fill_diagonal(D, -np.inf)  # itself first
+    return np.argsort(D, axis=1, kind="stable")[:, :m]
