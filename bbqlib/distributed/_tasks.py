@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +40,8 @@ class BuildState:
     soar: bool
     lam: float
     staging: str
-    store_vectors: bool
+    vectors: str | None  # the one vector segment (.npy, preallocated), None: no vectors
+    vectors_offset: int  # bytes of its .npy header
 
 
 def prepared(block, quantizer, dim: int) -> np.ndarray:
@@ -78,24 +80,25 @@ def part_files(staging: str, part: int) -> dict[str, Path]:
     return {n: base / f"part-{part:05d}.{n}.npy" for n in ("codes", "factors", "rows", "spill")}
 
 
-def assign_and_encode(block, state: BuildState, part: int, dim: int, start=None):
+def assign_and_encode(block, state: BuildState, part: int, dim: int, row0: int, start=None):
     """Pass 2: primary and SOAR lists, spill costs, codes of every entry; files in staging.
 
-    Writes the partition's entries grouped by list (local rows ascending within a list) and,
-    with ``store_vectors``, its prepared rows as a vector segment. Returns the small arrays
-    the driver needs: ``primary``, ``secondary``, spill ``cost``, entries per list, and the
-    segment's ``(file name, rows, crc32)``.
+    Writes the partition's entries grouped by list (local rows ascending within a list) and
+    its prepared rows at their place (first row ``row0``) in the index's one vector segment.
+    Returns the small arrays the driver needs: ``primary``, ``secondary``, spill ``cost``,
+    entries per list, and the CRC32 of the rows written (for ``crc32_combine``).
     """
-    from ..index.ivf import storage as ST
-
     set_worker_threads()
     q, a = state.quantizer, state.assigner
     P = prepared(block, q, dim)
-    segment = None
-    if state.store_vectors:
-        seg = ST.write_segment(Path(state.staging), [P], dim)
-        segment = (seg.file.name, len(seg), int(seg.crc32))
-        del seg
+    vectors_crc = None
+    if state.vectors is not None:
+        raw = np.ascontiguousarray(P, dtype="<f4").reshape(-1).view(np.uint8)
+        with open(state.vectors, "r+b") as f:
+            f.seek(state.vectors_offset + row0 * dim * 4)
+            f.write(raw.tobytes())
+        vectors_crc = (zlib.crc32(raw), raw.size)
+        del raw
     W = q.transform_rows(P)
     del P
     n = W.shape[0]
@@ -119,7 +122,7 @@ def assign_and_encode(block, state: BuildState, part: int, dim: int, start=None)
     _save_npy(files["spill"], spill[order])
     counts = np.bincount(lists, minlength=a.n_lists)
     return {"primary": primary, "secondary": secondary, "cost": cost, "counts": counts,
-            "segment": segment}  # fmt: skip
+            "vectors_crc": vectors_crc}  # fmt: skip
 
 
 @dataclass

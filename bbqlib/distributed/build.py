@@ -11,7 +11,7 @@ The stages (each a set of tasks, see :mod:`._tasks`):
    becomes the mean of all its rows, as the single-process build's last full pass does;
 4. **encode** (workers) - nearest centroid again, SOAR spill and its loss, each entry coded
    against its list's centroid by ``quantizer.encode_pairs``, and the prepared float rows
-   written as one vector segment per partition;
+   written at their place in the index's one vector segment;
 5. **cap** (driver) - the SOAR spill cap of the single-process build (a list takes at most
    as many spills as it has primary rows, the weakest dropped), over the small per-row arrays;
 6. **merge** (workers) - ranges of lists gathered from every partition's entries and written
@@ -26,6 +26,7 @@ it; a build that fails leaves the previous index (or, for a new directory, nothi
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import shutil
 import time
@@ -192,6 +193,7 @@ class _Build:
         self.token = secrets.token_hex(4)
         self.centroids = None
         self.ids = None
+        self.vectors = None
         self.timings: dict[str, float] = {}
         self.blocks = list(X.to_delayed().ravel())
         self.rows = np.zeros(len(self.blocks) + 1, dtype=np.int64)
@@ -344,19 +346,24 @@ class _Build:
             m = min(S.shape[0], 65_536)
             primary_s = a.nearest(S[:m], None if S_assign is None else S_assign[:m])
             q.fit_residuals(residual_sample(S[:m], a.C, primary_s, seed=index.seed))
-        state = BuildState(q, a, index.soar, 1.0, str(self.staging), index.store_vectors)
+        vectors, offset = None, 0
+        if index.store_vectors:  # one .npy for all rows: the workers fill it in place
+            from ..index.ivf import storage as ST
+
+            self.vectors = self.staging / f"vectors.{secrets.token_hex(8)}.npy"
+            header = ST._npy_header(self.n, self.d)
+            with open(self.vectors, "wb") as f:
+                f.write(header)
+                f.truncate(len(header) + self.n * self.d * 4)
+            vectors, offset = str(self.vectors), len(header)
+        state = BuildState(q, a, index.soar, 1.0, str(self.staging), vectors, offset)
         shared = broadcast(self.client, state)
         first = getattr(self, "first_assign", None)
         args = [
-            (
-                b,
-                shared,
-                p,
-                self.d,
-                None if first is None else first[self.rows[p] : self.rows[p + 1]],
-            )
+            (b, shared, p, self.d, int(self.rows[p]),
+             None if first is None else first[self.rows[p] : self.rows[p + 1]])
             for p, b in enumerate(self.blocks)
-        ]
+        ]  # fmt: skip
         results = self.tasks(assign_and_encode, args, "encode")
         self.first_assign = None
         return a, results
@@ -441,14 +448,18 @@ class _Build:
 
         container, section_crc, start, crc, lut_crc = postings
         segments = []
-        for r in results:
-            if r["segment"] is None:
-                continue
-            name, rows, seg_crc = r["segment"]
-            target = self.path / name
-            (self.staging / name).replace(target)
+        if self.vectors is not None:
+            from ..io.streamed import crc32_combine
+
+            vec_crc = 0
+            for r in results:
+                vec_crc = crc32_combine(vec_crc, *r["vectors_crc"])
+            target = self.path / self.vectors.name
+            with open(self.vectors, "r+b") as f:
+                os.fsync(f.fileno())
+            self.vectors.replace(target)
             moved.append(target)
-            segments.append(ST.Segment(ST._map_segment(target, rows, self.d), target, seg_crc))
+            segments.append(ST.Segment(ST._map_segment(target, self.n, self.d), target, vec_crc))
         moved.append(container.path)
         container.finish(section_crc)
         _, _, arrays = read_container(container.path, mmap=True, verify=False)
