@@ -51,6 +51,10 @@ def _default_scores() -> str:
     return inspect.signature(IVFIndex.search).parameters["scores"].default
 
 
+def _meta(index):
+    return (index.quantizer.similarity_, index.dim_, *_sizes(index))
+
+
 def _sizes(index) -> tuple[int, int, bool]:
     row_ids = getattr(index, "_row_ids", None)  # custom ids (IVF format 4), if any
     return index.ntotal, len(index), row_ids is None or row_ids.is_identity
@@ -69,9 +73,10 @@ class ShardedIndex:
     ``ntotal`` summed in order, i.e. the shards hold consecutive rows of one data set).
     """
 
-    def __init__(self, shards, client, id_offsets, similarity, dim, ntotal, live):
+    def __init__(self, shards, client, id_offsets, similarity, dim, ntotal, live, workers=None):
         self._shards = shards  # IVFIndex objects (local) or futures (on workers)
         self._client = client
+        self._workers = workers  # the worker holding each shard (its files are mapped there)
         self.id_offsets = id_offsets
         self.similarity_ = similarity
         self.dim_ = dim
@@ -97,31 +102,22 @@ class ShardedIndex:
         if not paths:
             raise ValueError("paths is empty; pass at least one IVF index directory")
         client = resolve_client(client)
+        placed = None
         if client is None:
             shards = [_open(p) for p in paths]
-            meta = [(s.quantizer.similarity_, s.dim_, *_sizes(s)) for s in shards]
+            meta = [_meta(s) for s in shards]
         else:
             require()
             workers = sorted(client.scheduler_info()["workers"])
+            placed = [workers[i % len(workers)] for i in range(len(paths))]
             shards = [
-                client.submit(
-                    _open,
-                    p,
-                    workers=[workers[i % len(workers)]],
-                    allow_other_workers=False,
-                    pure=False,
-                )  # fmt: skip
-                for i, p in enumerate(paths)
+                client.submit(_open, p, workers=[w], allow_other_workers=False, pure=False)
+                for p, w in zip(paths, placed, strict=True)
             ]
             meta = client.gather(
                 [
-                    client.submit(
-                        lambda s: (s.quantizer.similarity_, s.dim_, *_sizes(s)),
-                        f,
-                        workers=[workers[i % len(workers)]],
-                        pure=False,
-                    )  # fmt: skip
-                    for i, f in enumerate(shards)
+                    client.submit(_meta, f, workers=[w], allow_other_workers=False, pure=False)
+                    for f, w in zip(shards, placed, strict=True)
                 ]
             )
         sims = {m[0] for m in meta}
@@ -139,7 +135,8 @@ class ShardedIndex:
         if id_offsets.shape != (len(paths),):
             raise ValueError(f"id_offsets must hold {len(paths)} integers, got {id_offsets.shape}")
         live = int(sum(m[3] for m in meta))
-        return cls(shards, client, id_offsets, sims.pop(), dims.pop(), int(totals.sum()), live)
+        return cls(shards, client, id_offsets, sims.pop(), dims.pop(), int(totals.sum()), live,
+                   placed)  # fmt: skip
 
     @property
     def n_shards(self) -> int:
@@ -164,9 +161,19 @@ class ShardedIndex:
             parts = [_search(s, Q, k, scores, kwargs) for s in self._shards]
         else:
             Qf = self._client.scatter(Q, broadcast=True, hash=False)
-            futures = [
-                self._client.submit(_search, s, Qf, k, scores, kwargs, pure=False)
-                for s in self._shards
+            futures = [  # where the shard lives: an opened index never travels
+                self._client.submit(
+                    _search,
+                    s,
+                    Qf,
+                    k,
+                    scores,
+                    kwargs,
+                    pure=False,
+                    workers=[w],
+                    allow_other_workers=False,
+                )  # fmt: skip
+                for s, w in zip(self._shards, self._workers, strict=True)
             ]
             parts = self._client.gather(futures)
         self.last_search_stats = [p[2] for p in parts]
