@@ -19,6 +19,8 @@ from .quantizers import (
     ScalarQuantizer,
 )
 from .similarity import Similarity
+from .threads import get_num_threads, set_num_threads, thread_limit
+from .warmup import warmup
 
 __all__ = [
     "BBQQuantizer",
@@ -36,6 +38,10 @@ __all__ = [
     "UnsupportedFormatError",
     "encoding_from_wire",
     "get_encoding",
+    "get_num_threads",
     "load",
+    "set_num_threads",
+    "thread_limit",
+    "warmup",
     "__version__",
 ]

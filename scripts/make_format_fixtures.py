@@ -8,7 +8,10 @@ you want to freeze (it uses only keyword arguments, which every version accepts)
     python scripts/make_format_fixtures.py tests/fixtures/formats --tag flat_v1
     python scripts/make_format_fixtures.py tests/fixtures/formats --tag ivf_v2 --ivf
 
-Data: seeded Gaussian vectors (synthetic on purpose: the files must stay a few kB).
+Data: seeded Gaussian vectors (synthetic on purpose: the files must stay a few kB), added
+with custom ids (large, unordered), one or two of them deleted. The results are
+recorded with ``scores=SCORES``, which ``info.json`` names (fixtures without that key hold
+Lucene-mapped ``"similarity"`` scores).
 """
 
 from __future__ import annotations
@@ -42,17 +45,22 @@ FLAT_CASES = {
 }
 
 
+#: The score kind the results are recorded in.
+SCORES = "raw"
+
+
 def _data(n: int, d: int, seed: int):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d)).astype(np.float32) + 0.3
     Q = rng.normal(size=(8, d)).astype(np.float32) + 0.3
-    return X, Q
+    ids = rng.choice(2**40, size=n, replace=False).astype(np.int64)
+    return X, Q, ids
 
 
 def _record(out: Path, index, Q, **kwargs) -> None:
     results = {}
     for rerank in (True, False):
-        scores, ids = index.search(Q, k=5, rerank=rerank, **kwargs)
+        scores, ids = index.search(Q, k=5, rerank=rerank, scores=SCORES, **kwargs)
         results[f"scores_rerank{int(rerank)}"] = scores
         results[f"ids_rerank{int(rerank)}"] = ids
     np.savez(out, queries=Q, **results)
@@ -66,21 +74,22 @@ def main() -> None:
     args = p.parse_args()
     out = args.outdir / args.tag
     out.mkdir(parents=True, exist_ok=True)
-    info = {"bbqlib_version": bbqlib.__version__, "cases": []}
+    info = {"bbqlib_version": bbqlib.__version__, "scores": SCORES, "cases": []}
     if args.ivf:
-        X, Q = _data(600, 16, 1)
+        X, Q, ids = _data(600, 16, 1)
         for name, sim in (("ivf1_cosine", "cosine"), ("ivf1_euclidean", "euclidean")):
             index = bbqlib.IVFIndex(bits=1, similarity=sim, cluster_size=64, seed=7)
-            index.add(X)
-            index.delete(np.array([3, 5]))
+            index.add(X, ids=ids)
+            index.delete(ids[[3, 5]])
             index.save(out / name)
             _record(out / f"{name}.expected.npz", index, Q, visit_percentage=50.0)
             info["cases"].append(name)
     else:
-        X, Q = _data(120, 24, 0)
+        X, Q, ids = _data(120, 24, 0)
         for name, make in FLAT_CASES.items():
             index = make()
-            index.add(X)
+            index.add(X, ids=ids)
+            index.delete(ids[[7]])
             index.save(out / f"{name}.bbq")
             _record(out / f"{name}.expected.npz", index, Q)
             info["cases"].append(name)

@@ -1,4 +1,8 @@
-"""Engine adapters (issue 6): usearch HNSW over BBQ codes, faiss / hnswlib routing, BaseANN."""
+"""Engine adapters (issue 6): usearch HNSW over BBQ codes, faiss / hnswlib routing.
+
+The ann-benchmarks wrappers are tested in test_ann_benchmarks_plugin.py (and in the real
+harness by test_ann_benchmarks_harness.py).
+"""
 
 from __future__ import annotations
 
@@ -74,7 +78,7 @@ def test_usearch_index_recall_and_rerank(sim, bits):
     truth = _truth(X, Q, sim, 10)
     index = USearchIndex(bits=bits, similarity=sim, expansion_search=64)
     index.add(X)
-    scores, ids = index.search(Q, k=10, oversample=4)
+    scores, ids = index.search(Q, k=10, oversample=4, scores="similarity")
     assert scores.shape == ids.shape == (20, 10) and scores.dtype == np.float32
     assert ids.dtype == np.int64 and (np.diff(scores, axis=1) <= 0).all()
     assert _recall(ids, truth) >= 0.9
@@ -100,7 +104,7 @@ def test_usearch_index_recall_and_rerank(sim, bits):
     exact = np.take_along_axis(exact_raw(q.similarity_, Qp, Xp), ids, axis=1)
     np.testing.assert_allclose(scores, scores_from_raw(q.similarity_, exact), rtol=1e-5)
     # rerank=False: scores are the asymmetric estimates of the returned ids
-    s2, i2 = index.search(Q, k=10, rerank=False)
+    s2, i2 = index.search(Q, k=10, rerank=False, scores="similarity")
     est = np.take_along_axis(q.estimate(Q, q.encode(X)), i2, axis=1)
     np.testing.assert_allclose(s2, scores_from_raw(q.similarity_, est), rtol=1e-6)
 
@@ -130,7 +134,7 @@ def test_usearch_index_batches_attach_and_padding(tmp_path):
     flat.add(X)
     np.testing.assert_array_equal(i1, flat.search(Q, k=5)[1])
     # estimates across blocks equal the quantizer's
-    s3, i3 = parts.search(Q[:2], k=7, rerank=False)
+    s3, i3 = parts.search(Q[:2], k=7, rerank=False, scores="similarity")
     q = parts.quantizer
     est = np.take_along_axis(q.estimate(Q[:2], q.encode(X)), i3, axis=1)
     from bbqlib.similarity import scores_from_raw
@@ -141,7 +145,7 @@ def test_usearch_index_batches_attach_and_padding(tmp_path):
     small.add(X[:4])
     s, i = small.search(Q[0], k=6)
     assert i.shape == (1, 6) and sorted(i[0, :4].tolist()) == [0, 1, 2, 3]
-    assert (i[0, 4:] == -1).all() and np.isneginf(s[0, 4:]).all()
+    assert (i[0, 4:] == -1).all() and np.isposinf(s[0, 4:]).all()  # raw squared L2
 
 
 def test_usearch_index_memory_and_parameters():
@@ -227,7 +231,7 @@ def test_faiss_ivf_existing_coarse_and_batches():
         parts.add(chunk)
     assert one.nlist == parts.nlist == 10
     np.testing.assert_array_equal(one.search(Q, 5)[1], parts.search(Q, 5)[1])
-    np.testing.assert_array_equal(one._row_ids, parts._row_ids)
+    np.testing.assert_array_equal(one._rows, parts._rows)
     with pytest.raises(TypeError, match="faiss Index"):
         FaissIVFIndex(coarse=np.zeros((3, 24)))
     with pytest.raises(ValueError, match="centroids"):
@@ -276,55 +280,3 @@ def test_hnswlib_ivf_given_centroids():
         HnswlibIVFIndex(centroids=C[:, :5]).add(X)
     with pytest.raises(ValueError, match="cluster_size"):
         HnswlibIVFIndex(cluster_size=0)
-
-
-# ----------------------------------------------------------------------------- ann-benchmarks
-def test_ann_benchmarks_flat_wrapper():
-    from bbqlib.adapters.ann_benchmarks import BBQFlat, similarity_for_metric
-
-    X, Q = _clustered(800, 24, seed=15)
-    algo = BBQFlat("euclidean", 2)
-    algo.fit(X)
-    algo.set_query_arguments(3)
-    assert str(algo) == "BBQFlat(bits=2, oversample=3)"
-    one = algo.query(Q[0], 10)
-    assert one.dtype == np.int64 and one.shape == (10,)
-    algo.batch_query(Q, 10)
-    res = algo.get_batch_results()
-    assert len(res) == len(Q) and np.array_equal(res[0], one)
-    assert _recall(np.stack(res), _truth(X, Q, "euclidean", 10)) >= 0.9
-    assert algo.get_memory_usage() == 800 * algo.index.bytes_per_vector / 1024
-    assert algo.get_additional()["index_bytes_per_vector"] == algo.index.bytes_per_vector
-    assert len(algo.query(Q[0], 2000)) == 800  # fewer than n: padding dropped
-    algo.done()
-    assert similarity_for_metric("angular") == "cosine"
-    with pytest.raises(ValueError, match="metric"):
-        BBQFlat("hamming")
-
-
-@pytest.mark.slow  # mostly the IVF index's own kernels compiling on a cold cache
-def test_ann_benchmarks_ivf_wrapper():
-    pytest.importorskip("bbqlib.index.ivf")
-    from bbqlib.adapters.ann_benchmarks import BBQIVF
-
-    X, Q = _clustered(2000, 32, seed=16)
-    algo = BBQIVF("angular", 1, 128)
-    algo.fit(X)
-    algo.set_query_arguments(50)
-    algo.batch_query(Q, 10)
-    assert _recall(np.stack(algo.get_batch_results()), _truth(X, Q, "cosine", 10)) >= 0.8
-    assert "visit=50" in str(algo) and algo.get_memory_usage() > 0
-
-
-def test_ann_benchmarks_usearch_wrapper():
-    pytest.importorskip("usearch")
-    from bbqlib.adapters.ann_benchmarks import BBQUSearch
-
-    X, Q = _clustered(1000, 32, seed=17)
-    algo = BBQUSearch("angular", 1)
-    algo.fit(X)
-    algo.set_query_arguments(64, 5)
-    assert "ef=64" in str(algo)
-    algo.batch_query(Q, 10)
-    assert _recall(np.stack(algo.get_batch_results()), _truth(X, Q, "cosine", 10)) >= 0.9
-    assert algo.get_memory_usage() == algo.index.serialized_bytes / 1024

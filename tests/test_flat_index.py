@@ -86,13 +86,17 @@ def test_search_shapes_and_exact_rerank(similarity, make_vectors):
     X, Q = vectors_for(similarity, make_vectors)
     index = FlatIndex(bits=1, similarity=similarity)
     index.add(X)
-    scores, ids = index.search(Q, 10)
+    scores, ids = index.search(Q, 10, scores="similarity")
     assert scores.shape == ids.shape == (6, 10)
     assert scores.dtype == np.float32 and ids.dtype == np.int64
     assert (ids >= 0).all() and (np.diff(scores, axis=1) <= 0).all()
     # reranked scores are the exact mapped scores of the returned ids
     raw = np.take_along_axis(exact_raw(similarity, Q, X), ids, axis=1)
     np.testing.assert_allclose(scores, scores_from_raw(Similarity(similarity), raw), rtol=1e-6)
+    # the default: the exact raw values themselves
+    raw_scores, raw_ids = index.search(Q, 10)
+    np.testing.assert_array_equal(raw_ids, ids)
+    np.testing.assert_allclose(raw_scores, raw, rtol=1e-5, atol=1e-5)
     if similarity == "euclidean":  # the documented mapping
         np.testing.assert_allclose(scores, 1 / (1 + raw), rtol=1e-6)
     # one query as a 1-D array
@@ -106,7 +110,7 @@ def test_rerank_false_returns_the_quantized_top_k(similarity, make_vectors):
     X, Q = vectors_for(similarity, make_vectors)
     index = FlatIndex(bits=1, similarity=similarity)
     index.add(X)
-    scores, ids = index.search(Q, 8, rerank=False)
+    scores, ids = index.search(Q, 8, rerank=False, scores="similarity")
     q = index.quantizer
     est = q.estimate(Q, index.codes).astype(np.float64)
     key = -est if similarity == "euclidean" else est
@@ -124,7 +128,7 @@ def test_full_oversample_is_exact_search(similarity, bits, make_vectors):
     X, Q = vectors_for(similarity, make_vectors, n=200)
     index = FlatIndex(bits=bits, similarity=similarity)
     index.add(X)
-    scores, ids = index.search(Q, 10, oversample=20.0)  # 200 candidates
+    scores, ids = index.search(Q, 10, oversample=20.0, scores="similarity")  # 200 candidates
     raw, expected = exact_topk(similarity, Q, X, 10)
     np.testing.assert_array_equal(ids, expected)
     np.testing.assert_allclose(scores, scores_from_raw(Similarity(similarity), raw), rtol=1e-6)
@@ -135,7 +139,7 @@ def test_exact_rerank_breaks_ties_by_lower_id(make_vectors):
     X = np.concatenate([X, X[:10], X[:10]])  # ids i, 50 + i, 60 + i are identical
     index = FlatIndex(bits=1, similarity="euclidean")
     index.add(X)
-    scores, ids = index.search(X[:3], 3, oversample=100.0)
+    scores, ids = index.search(X[:3], 3, oversample=100.0, scores="similarity")
     for r in range(3):
         assert ids[r].tolist() == [r, 50 + r, 60 + r]
         assert scores[r, 0] == scores[r, 1] == scores[r, 2] == 1.0
@@ -156,9 +160,11 @@ def test_padding_when_k_exceeds_n(make_vectors):
 def test_empty_fitted_index(make_vectors):
     X = make_vectors(10, 8)
     index = FlatIndex(BBQQuantizer(similarity="euclidean").fit(X))
-    scores, ids = index.search(X[:2], 3)
-    assert (ids == -1).all() and np.isneginf(scores).all() and scores.dtype == np.float32
-    with pytest.raises(NotFittedError):
+    scores, ids = index.search(X[:2], 3)  # raw squared L2: +inf pads
+    assert (ids == -1).all() and np.isposinf(scores).all() and scores.dtype == np.float32
+    scores, _ = index.search(X[:2], 3, scores="similarity")
+    assert np.isneginf(scores).all()
+    with pytest.raises(NotFittedError, match="this FlatIndex is empty; call add"):
         FlatIndex().search(X[:2], 3)
 
 
@@ -274,7 +280,7 @@ def test_filter_mask_and_ids(make_vectors):
     assert np.isin(raw_ids, allowed_ids).all()
     s, i = index.search(Q, 10, filter=[3, 7, 11])
     assert (np.sort(i[:, :3], axis=1) == [3, 7, 11]).all() and (i[:, 3:] == -1).all()
-    assert np.isneginf(s[:, 3:]).all()
+    assert np.isposinf(s[:, 3:]).all()  # raw squared L2 pads with +inf
 
 
 def test_bad_filters(make_vectors):

@@ -2,8 +2,9 @@
 same results; a newer version fails with an error naming its version and the newest read.
 
 The fixture files under tests/fixtures/formats were written by scripts/make_format_fixtures.py
-with the bbqlib of their day (flat format 1; IVF formats 1 and 2), next to the results that
-bbqlib returned for them.
+with the bbqlib of their day (flat formats 1 and 2; IVF formats 1 to 3), next to the results
+that bbqlib returned for them: Lucene-mapped scores (``scores="similarity"``, the default
+until 0.2) unless their ``info.json`` names another kind.
 """
 
 from __future__ import annotations
@@ -26,10 +27,13 @@ from bbqlib.io.container import (
 FIXTURES = Path(__file__).parent / "fixtures" / "formats"
 
 
+def _info(tag: str) -> dict:
+    return json.loads((FIXTURES / tag / "info.json").read_text())
+
+
 def _cases():
     for tag_dir in sorted(FIXTURES.iterdir()):
-        info = json.loads((tag_dir / "info.json").read_text())
-        for name in info["cases"]:
+        for name in _info(tag_dir.name)["cases"]:
             yield pytest.param(tag_dir.name, name, id=f"{tag_dir.name}-{name}")
 
 
@@ -42,6 +46,7 @@ def test_old_files_open_and_serve_the_recorded_results(tag, name, tmp_path):
     expected = np.load(FIXTURES / tag / f"{name}.expected.npz")
     index = bbqlib.load(path)
     kwargs = {"visit_percentage": 50.0} if ivf else {}
+    kwargs["scores"] = _info(tag).get("scores", "similarity")
     for rerank in (True, False):
         scores, ids = index.search(expected["queries"], k=5, rerank=rerank, **kwargs)
         np.testing.assert_array_equal(ids, expected[f"ids_rerank{int(rerank)}"])
@@ -100,3 +105,19 @@ def test_newer_ivf_directory_names_its_version(tmp_path):
         UnsupportedFormatError, match=f"IVF format version {manifest['format_version']}"
     ):
         bbqlib.load(path)
+
+
+def test_old_ivf_directory_takes_custom_ids_and_saves_the_current_format(tmp_path):
+    path = tmp_path / "ivf"
+    shutil.copytree(FIXTURES / "ivf_v3" / "ivf1_euclidean", path)
+    index = bbqlib.load(path)  # format 3: ids are rows
+    np.testing.assert_array_equal(index.ids, np.arange(600))
+    X = np.random.default_rng(5).normal(size=(10, 16)).astype(np.float32) + 0.3
+    index.add(X, ids=np.arange(10) + 10**12)  # the index lives at path: saved there
+    manifest = json.loads((path / "MANIFEST").read_text())
+    assert manifest["format_version"] == bbqlib.index.ivf.storage.FORMAT_VERSION
+    back = bbqlib.load(path)
+    np.testing.assert_array_equal(back.ids[-10:], np.arange(10) + 10**12)
+    np.testing.assert_array_equal(back.ids[:600], np.arange(600))
+    _, ids = back.search(X[:2], k=1, visit_percentage=100.0)
+    np.testing.assert_array_equal(ids[:, 0], [10**12, 10**12 + 1])

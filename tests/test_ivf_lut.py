@@ -112,7 +112,7 @@ def test_format_2_files_carry_checked_blocks(vectors, tmp_path):
     index.add(X)
     expected = index.search(Q, 10, visit_percentage=20.0)
     index.save(tmp_path / "ix")
-    assert json.loads((tmp_path / "ix" / "MANIFEST").read_text())["format_version"] == 3
+    assert json.loads((tmp_path / "ix" / "MANIFEST").read_text())["format_version"] == 4
     opened = IVFIndex.open(tmp_path / "ix")
     assert opened._postings.lut is not None and isinstance(opened._postings.lut[0].base, np.memmap)
     got = opened.search(Q, 10, visit_percentage=20.0)

@@ -119,9 +119,13 @@ class FaissIVFIndex(ListsIndex):
         coarse.add(km.centroids)
         return coarse
 
-    def add(self, X) -> None:
-        """Encode vectors into the lists faiss assigns them to; ids continue from ntotal."""
-        X = self._prepare_add(X)
+    def add(self, X, ids=None) -> None:
+        """Encode vectors into the lists faiss assigns them to (like ``add_with_ids``).
+
+        ``ids``: int64 >= 0, unique (default: the largest id so far + 1, + 2, ...);
+        :meth:`search` returns them.
+        """
+        X, new = self._prepare_add(X, ids)
         Xp = prepare_for_similarity(X, self.quantizer.similarity_, "X")
         if self.coarse is None:
             self.coarse = self._train_coarse(Xp)
@@ -131,7 +135,7 @@ class FaissIVFIndex(ListsIndex):
                 "quantizer trained on these vectors"
             )
         _, assign = self.coarse.search(Xp, 1)
-        self._store(X, assign[:, 0], self.coarse.ntotal)
+        self._store(X, assign[:, 0], self.coarse.ntotal, new)
 
     def _route(self, Q: np.ndarray, nprobe: int) -> np.ndarray:
         _, lists = self.coarse.search(check_vectors(Q, "queries"), nprobe)

@@ -123,15 +123,19 @@ class HnswlibIVFIndex(ListsIndex):
         self.centroids = np.asarray(C, dtype=np.float32)
         self.graph = graph
 
-    def add(self, X) -> None:
-        """Encode vectors into the list of their nearest centroid; ids continue from ntotal."""
-        X = self._prepare_add(X)
+    def add(self, X, ids=None) -> None:
+        """Encode vectors into the list of their nearest centroid.
+
+        ``ids``: int64 >= 0, unique (default: the largest id so far + 1, + 2, ...);
+        :meth:`search` returns them.
+        """
+        X, new = self._prepare_add(X, ids)
         Xp = prepare_for_similarity(X, self.quantizer.similarity_, "X")
         if self.graph is None:
             self._build_graph(Xp)
         self.graph.set_ef(max(self.ef, 1))
         labels, _ = self.graph.knn_query(Xp, k=1, num_threads=self.threads)
-        self._store(X, labels[:, 0], len(self.centroids))
+        self._store(X, labels[:, 0], len(self.centroids), new)
 
     def _route(self, Q: np.ndarray, nprobe: int) -> np.ndarray:
         self.graph.set_ef(max(self.ef, nprobe))

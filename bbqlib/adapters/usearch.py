@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import check_k, check_vectors, prepare_for_similarity
+from ..index.ids import RowIds
 from ..quantizers import BBQQuantizer, Quantizer
 from ..scoring import (
     candidate_count,
@@ -139,6 +140,7 @@ class USearchIndex:
         self._attached: np.ndarray | None = None
         self._index = None
         self._metric = None
+        self._ids = RowIds()  # usearch's keys are rows; the caller's ids are mapped here
 
     # -- building ---------------------------------------------------------------------------
     def _make_index(self):
@@ -163,19 +165,22 @@ class USearchIndex:
             expansion_search=self._expansion_search,
         )
 
-    def add(self, X) -> None:
-        """Encode vectors and insert them into the graph; ids continue from :attr:`ntotal`.
+    def add(self, X, ids=None) -> None:
+        """Encode vectors and insert them into the graph.
 
-        The first call fits the quantizer if it is not fitted yet (its centroid stays fixed).
+        ``ids``: int64 >= 0, unique (default: the largest id so far + 1, + 2, ...);
+        :meth:`search` returns them (usearch's own keys stay row numbers). The first call
+        fits the quantizer if it is not fitted yet (its centroid stays fixed).
         """
         q = self.quantizer
-        if not q.is_fitted:
-            q.fit(X)
-        X = check_vectors(X, "X", dim=q.dim_)
+        X = check_vectors(X, "X", dim=q.dim_ if q.is_fitted else None)
         if self._attached is not None:
             raise ValueError(
                 "attach_vectors() fixed the float vectors; attach after the last add()"
             )
+        new = self._ids.new_ids(ids, X.shape[0], None)
+        if not q.is_fitted:
+            q.fit(X)
         enc = q.encode(X)
         records = make_records(q, enc)
         if self._index is None:
@@ -186,9 +191,16 @@ class USearchIndex:
         self._blocks.append(records)
         if self.store_vectors:
             self._vectors.append(prepare_for_similarity(X, q.similarity_, "X"))
+        self._ids = self._ids.appended(new, X.shape[0])
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The id of every vector added, in insertion order (int64 [ntotal])."""
+        return self._ids.array()
 
     def attach_vectors(self, vectors) -> None:
-        """Use ``vectors`` [ntotal, d] (e.g. ``np.load(path, mmap_mode="r")``) for the rerank.
+        """Use ``vectors`` [ntotal, d] (e.g. ``np.load(path, mmap_mode="r")``) for the rerank,
+        one row per vector in insertion order.
 
         The array is kept, not copied (do not modify it); for cosine it need not be
         normalized. Replaces vectors stored by :meth:`add`.
@@ -260,7 +272,7 @@ class USearchIndex:
     # -- searching --------------------------------------------------------------------------
     def search(
         self, queries, k: int = 10, *, oversample=None, rerank=True, candidates=None,
-        scores: str = "similarity",
+        scores: str = "raw",
     ):  # fmt: skip
         """Search: ``(scores, ids)`` [nq, k] like :meth:`bbqlib.FlatIndex.search`.
 
@@ -274,15 +286,17 @@ class USearchIndex:
             True: rerank on float vectors (exact scores). False: the asymmetric estimates.
         candidates : int, optional
             usearch neighbours to rescore (at least ``expansion_search`` and ``k'``).
-        scores : {"similarity", "raw"}
-            As :meth:`bbqlib.FlatIndex.search`.
+        scores : {"raw", "similarity"}
+            As :meth:`bbqlib.FlatIndex.search`: raw cosine / inner product / squared L2 by
+            default, Lucene's mapping with ``"similarity"``.
 
         Returns
         -------
         scores : float32 [nq, k]
-            Lucene-mapped scores (higher is better), ``-inf`` padding.
+            Raw values (squared L2 ascending with ``+inf`` padding, else descending with
+            ``-inf``), or Lucene-mapped scores (higher is better, ``-inf`` padding).
         ids : int64 [nq, k]
-            ``-1`` padding.
+            The ids given to :meth:`add`, ``-1`` padding.
         """
         q = self.quantizer
         q._check_fitted()
@@ -293,8 +307,9 @@ class USearchIndex:
         Q = q._validated(queries, "queries", allow_1d=True)
         n = self.ntotal
         if n == 0:
-            return finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), k,
-                          q.similarity_, scores)  # fmt: skip
+            out, _ = finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), k,
+                            q.similarity_, scores)  # fmt: skip
+            return out, np.full((len(Q), k), -1, dtype=np.int64)
         vectors = self._rerank_vectors() if rerank else None
         if rerank and vectors is None:
             raise ValueError(
@@ -315,7 +330,8 @@ class USearchIndex:
             normalized = self._attached is None  # stored vectors were normalized for cosine
             exact = exact_values(Q, vectors, top, exact_mode(sim, normalized=normalized))
             keys, top = rerank_keys(exact, top, k, sim)
-        return finish(keys, top, k, sim, scores)
+        out, rows = finish(keys, top, k, sim, scores)
+        return out, self._ids.of_rows(rows)
 
     def _rerank_vectors(self):
         if self._attached is not None:

@@ -6,8 +6,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .._validation import check_k, check_vectors, prepare_for_similarity
-from ..io.container import check_format_version, read_container, write_container
+from .._validation import NotFittedError, check_k, check_vectors, prepare_for_similarity
+from ..io.container import (
+    CorruptFileError,
+    check_format_version,
+    read_container,
+    write_container,
+)
 from ..quantizers import BBQQuantizer, EncodedVectors, Quantizer, quantizer_from_state
 from ..scoring import (
     candidate_count,
@@ -18,14 +23,16 @@ from ..scoring import (
     finish,
     rerank_keys,
 )
+from .ids import RowIds, filter_rows
 
 __all__ = ["FlatIndex"]
 
 _KIND = "flat_index"
 #: Version of what a flat index file holds (docs/formats.md). 2: ``format_version`` in the
 #: meta; int8 ``per_dim`` / ``global`` codes carry their own registry wire numbers; OSQ at
-#: every width 1-8. Version 1 files (no ``format_version``) still open.
-FORMAT_VERSION = 2
+#: every width 1-8. 3: custom ids (``ids`` section, ``next_id``) and tombstones (``deleted``
+#: bitmap, ``n_deleted``). Versions 1 and 2 (ids = rows, nothing deleted) still open.
+FORMAT_VERSION = 3
 
 
 class FlatIndex:
@@ -44,10 +51,18 @@ class FlatIndex:
 
     Notes
     -----
-    :meth:`search` returns ``(scores, ids)`` like faiss's ``(D, I)``: float32 scores where
-    higher is better (Lucene's mappings: ``1 / (1 + d²)`` for euclidean, ``(1 + cos) / 2`` for
-    cosine and dot_product, the max-inner-product mapping otherwise), int64 ids, padded with
-    ``-inf`` / ``-1``. Ranking uses the raw estimate, ties broken by the lower id.
+    :meth:`search` returns ``(scores, ids)`` like faiss's ``(D, I)``: float32 raw scores by
+    default (the cosine, the inner product, or the squared L2 distance, ascending, padded with
+    ``+inf``), or with ``scores="similarity"`` Lucene's higher-is-better mappings
+    (``1 / (1 + d²)`` for euclidean, ``(1 + cos) / 2`` for cosine and dot_product, the
+    max-inner-product mapping otherwise); int64 ids, padded with ``-1``. Ranking uses the raw
+    estimate, ties broken by the earlier added vector.
+
+    Ids are the caller's (``add(X, ids=...)``, int64 >= 0, unique among the vectors in the
+    index) or, by default, continue from the largest id so far + 1 (row numbers ``0, 1, ...``
+    when no id is ever given). :meth:`delete` marks vectors deleted (tombstones: they stay in
+    the scan, masked, and in the file, until the index is rebuilt); a deleted id may be added
+    again. :attr:`ntotal` counts every vector added, ``len(index)`` the live ones.
 
     Examples
     --------
@@ -86,22 +101,68 @@ class FlatIndex:
         self._codes: list[EncodedVectors] = []
         self._vectors: list[np.ndarray] = []
         self._joined: tuple | None = None
+        self._ids = RowIds()
+        self._deleted: np.ndarray | None = None  # bool [ntotal] once something is deleted
 
     # -- building ---------------------------------------------------------------------------
-    def add(self, X) -> None:
-        """Encode and append vectors; ids continue from :attr:`ntotal`.
+    def add(self, X, ids=None) -> None:
+        """Encode and append vectors.
+
+        Parameters
+        ----------
+        X : float array [n, d]
+        ids : int array [n], optional
+            The vectors' ids (int64 >= 0, unique, and not the id of a live vector already in
+            the index); default: the largest id so far + 1, + 2, ... (row numbers when no id
+            is ever given). Duplicates and negatives raise ``ValueError`` naming them.
 
         The first call fits the quantizer if it is not fitted yet.
         """
         q = self.quantizer
         if not q.is_fitted:
+            X = check_vectors(X, "X")
+            new = self._ids.new_ids(ids, X.shape[0], self._deleted)
             q.fit(X)
-        X = check_vectors(X, "X", dim=q.dim_)
+        else:
+            X = check_vectors(X, "X", dim=q.dim_)
+            new = self._ids.new_ids(ids, X.shape[0], self._deleted)
         enc = q.encode(X)  # validates the similarity's rules before anything is stored
         self._codes.append(enc)
         if self.store_vectors:
             self._vectors.append(prepare_for_similarity(X, q.similarity_, "X"))
+        self._ids = self._ids.appended(new, X.shape[0])
+        if self._deleted is not None:
+            self._deleted = np.concatenate([self._deleted, np.zeros(X.shape[0], dtype=bool)])
         self._joined = None
+
+    def delete(self, ids) -> None:
+        """Delete vectors by id (like faiss's ``remove_ids``); later searches skip them.
+
+        Deleted vectors become tombstones: they stay in the codes and the file, masked in
+        every scan, and their ids may be added again. Raises ``ValueError`` naming ids that
+        are not in the index or already deleted (nothing is deleted then).
+        """
+        if self.ntotal == 0:
+            raise ValueError("this FlatIndex is empty; there is nothing to delete")
+        rows = self._ids.rows_of(ids, self._deleted)
+        deleted = np.zeros(self.ntotal, bool) if self._deleted is None else self._deleted.copy()
+        deleted[rows] = True
+        self._deleted = deleted
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The id of every vector added, in insertion order (int64 [ntotal], deleted ones
+        included; see :attr:`deleted`)."""
+        return self._ids.array()
+
+    @property
+    def deleted(self) -> np.ndarray:
+        """Whether each vector added is deleted (bool [ntotal], insertion order)."""
+        return np.zeros(self.ntotal, bool) if self._deleted is None else self._deleted.copy()
+
+    @property
+    def n_deleted(self) -> int:
+        return 0 if self._deleted is None else int(self._deleted.sum())
 
     def _parts(self) -> tuple[EncodedVectors | None, np.ndarray | None]:
         if self._joined is None:
@@ -119,14 +180,17 @@ class FlatIndex:
 
     @property
     def ntotal(self) -> int:
+        """Vectors added so far (deleted ones included)."""
         return sum(len(c) for c in self._codes)
 
     def __len__(self) -> int:
-        return self.ntotal
+        """Live (not deleted) vectors."""
+        return self.ntotal - self.n_deleted
 
     @property
     def codes(self) -> EncodedVectors | None:
-        """All encoded vectors (None before the first add)."""
+        """All encoded vectors, in insertion order, deleted ones included (None before the
+        first add)."""
         return self._parts()[0]
 
     @property
@@ -143,7 +207,7 @@ class FlatIndex:
         oversample=None,
         rerank=True,
         filter=None,
-        scores: str = "similarity",
+        scores: str = "raw",
     ):
         """Search: ``(scores, ids)`` [nq, k].
 
@@ -158,23 +222,32 @@ class FlatIndex:
             True: rescore candidates on the float vectors (scores are exact). False: quantized
             top ``k`` with estimated scores. ``"bound"`` (quantizers with error bounds): rescore
             exactly the candidates whose lower bound beats the current k-th exact score.
-        filter : boolean mask [ntotal] or array of allowed ids, optional
-        scores : {"similarity", "raw"}
-            ``"similarity"``: Lucene's mapping (higher is better); ``"raw"``: squared L2
-            (ascending) or the inner product / cosine, as faiss returns them.
+        filter : array of ids, or boolean mask [ntotal], optional
+            Only these ids are returned. A boolean mask has one flag per vector added, in
+            insertion order (deleted ones included).
+        scores : {"raw", "similarity"}
+            ``"raw"`` (default): squared L2 (ascending) or the inner product / cosine, as
+            faiss returns them; ``"similarity"``: Lucene's mapping (higher is better).
+
+        Returns
+        -------
+        scores : float32 [nq, k]
+        ids : int64 [nq, k]
+            The vectors' ids (``-1`` pads when fewer than ``k`` are found).
         """
         q = self.quantizer
-        q._check_fitted()
+        if not q.is_fitted:
+            raise NotFittedError("this FlatIndex is empty; call add(X) first")
         k = check_k(k)
         check_scores(scores)
         Q = q._validated(queries, "queries", allow_1d=True)
         codes, vectors = self._parts()
         n = 0 if codes is None else len(codes)
-        allowed = self._allowed_mask(filter, n)
+        allowed = self._allowed(filter)
         sim = q.similarity_
         if rerank == "bound":
-            keys, ids = self._search_bound(Q, k, codes, vectors, allowed)
-            return finish(keys, ids, k, sim, scores)
+            keys, rows = self._search_bound(Q, k, codes, vectors, allowed)
+            return self._finish(keys, rows, k, scores)
         if rerank not in (True, False):
             raise ValueError(f"rerank must be True, False or 'bound', got {rerank!r}")
         # store_vectors, not `vectors is None`: an empty index has no vectors yet either.
@@ -184,13 +257,17 @@ class FlatIndex:
             )
         oversample = check_oversample(oversample, q.encoding_.default_oversample)
         if n == 0:
-            return finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), k, sim, scores)
+            return self._finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), k, scores)
         depth = candidate_count(k, oversample, n) if rerank else min(k, n)
-        keys, ids = q.topk_keys(Q, codes, depth, allowed=allowed)
+        keys, rows = q.topk_keys(Q, codes, depth, allowed=allowed)
         if rerank:
-            raw = exact_values(Q, vectors, ids, exact_mode(sim))
-            keys, ids = rerank_keys(raw, ids, k, sim)
-        return finish(keys, ids, k, sim, scores)
+            raw = exact_values(Q, vectors, rows, exact_mode(sim))
+            keys, rows = rerank_keys(raw, rows, k, sim)
+        return self._finish(keys, rows, k, scores)
+
+    def _finish(self, keys, rows, k, scores):
+        out, rows = finish(keys, rows, k, self.quantizer.similarity_, scores)
+        return out, self._ids.of_rows(rows)
 
     def _search_bound(self, Q, k, codes, vectors, allowed):
         q = self.quantizer
@@ -205,28 +282,20 @@ class FlatIndex:
         self.last_vectors_read = reads
         return keys, ids
 
-    @staticmethod
-    def _allowed_mask(filter, n: int):
-        if filter is None:
-            return None
-        f = np.asarray(filter)
-        if f.dtype == bool:
-            if f.shape != (n,):
-                raise ValueError(f"a boolean filter must have shape ({n},), got {f.shape}")
-            return f
-        if not np.issubdtype(f.dtype, np.integer):
-            raise TypeError("filter must be a boolean mask or an array of integer ids")
-        if f.size and (f.min() < 0 or f.max() >= n):
-            raise ValueError(f"filter ids must be in [0, {n}), got range [{f.min()}, {f.max()}]")
-        mask = np.zeros(n, dtype=bool)
-        mask[f] = True
-        return mask
+    def _allowed(self, filter) -> np.ndarray | None:
+        """Boolean mask over rows: the filter and not deleted (None: every row)."""
+        mask = filter_rows(filter, self._ids)
+        if self._deleted is None or not self._deleted.any():
+            return mask
+        live = ~self._deleted
+        return live if mask is None else mask & live
 
     # -- files ------------------------------------------------------------------------------
     def save(self, path) -> Path:
         """Write the index to one checksummed file, atomically (see :mod:`bbqlib.io.container`)."""
         q = self.quantizer
-        q._check_fitted()
+        if not q.is_fitted:
+            raise NotFittedError("this FlatIndex is empty; call add(X) before save")
         codes, vectors = self._parts()
         params, q_arrays = q.get_state()
         arrays = {f"quantizer.{k}": v for k, v in q_arrays.items()}
@@ -235,6 +304,10 @@ class FlatIndex:
             arrays["corrections"] = codes.corrections
         if vectors is not None and self.store_vectors:
             arrays["vectors"] = vectors
+        if not self._ids.is_identity:
+            arrays["ids"] = np.asarray(self._ids.ids, dtype=np.int64)
+        if self.n_deleted:
+            arrays["deleted"] = np.packbits(self._deleted, bitorder="little")
         meta = {
             "format_version": FORMAT_VERSION,
             "quantizer": params,
@@ -243,6 +316,8 @@ class FlatIndex:
             "dim": q.dim_,
             "ntotal": self.ntotal,
             "store_vectors": self.store_vectors,
+            "next_id": self._ids.next_id,
+            "n_deleted": self.n_deleted,
         }
         return write_container(path, _KIND, meta, arrays)
 
@@ -273,7 +348,23 @@ class FlatIndex:
             ]
         if "vectors" in arrays:
             index._vectors = [arrays["vectors"]]
+        index._restore_ids(path, meta, arrays)
         return index
 
+    def _restore_ids(self, path, meta: dict, arrays: dict) -> None:
+        """Ids and tombstones of a loaded file (formats 1-2: ids = rows, none deleted)."""
+        n = self.ntotal
+        ids = arrays.get("ids")
+        if ids is not None and (ids.shape != (n,) or ids.dtype != np.int64):
+            raise CorruptFileError(
+                f"{path} holds ids of {ids.dtype} {ids.shape} for {n} vectors; the file is damaged"
+            )
+        self._ids = RowIds(n, ids, meta.get("next_id"))
+        if "deleted" in arrays:
+            self._deleted = np.unpackbits(
+                np.asarray(arrays["deleted"]), count=n, bitorder="little"
+            ).astype(bool)
+
     def __repr__(self) -> str:
-        return f"FlatIndex(ntotal={self.ntotal}, quantizer={self.quantizer!r})"
+        deleted = f", deleted={self.n_deleted}" if self.n_deleted else ""
+        return f"FlatIndex(vectors={len(self)}{deleted}, quantizer={self.quantizer!r})"

@@ -26,6 +26,7 @@ from ..scoring import (
     merge_topk,
     rerank_keys,
 )
+from .ids import RowIds
 
 
 def check_positive_int(value, name: str) -> int:
@@ -49,9 +50,10 @@ def make_quantizer(quantizer, bits, query_bits, similarity, precondition, seed) 
 class ListsIndex:
     """Codes grouped by list; subclasses provide ``_route(Q, nprobe)`` and the lists.
 
-    State after :meth:`_store`: ``_codes`` (EncodedVectors in list order), ``_row_ids``
-    (caller id of each row), ``_assign`` (list of each row), ``_list_ptr`` (row range of each
-    list), ``_vectors`` (prepared float vectors in caller-id order, or None).
+    State after :meth:`_store`: ``_codes`` (EncodedVectors in list order), ``_rows``
+    (insertion row of each entry: what the kernels return), ``_assign`` (list of each entry),
+    ``_list_ptr`` (entry range of each list), ``_vectors`` (prepared float vectors in
+    insertion order, or None), ``_ids`` (the caller's id of each row, :class:`RowIds`).
     """
 
     def __init__(self, quantizer: Quantizer, nprobe: int, oversample, store_vectors: bool):
@@ -60,7 +62,8 @@ class ListsIndex:
         self.oversample = oversample
         self.store_vectors = bool(store_vectors)
         self._codes: EncodedVectors | None = None
-        self._row_ids = np.empty(0, dtype=np.int64)
+        self._rows = np.empty(0, dtype=np.int64)
+        self._ids = RowIds()
         self._assign = np.empty(0, dtype=np.int64)
         self._list_ptr = np.zeros(1, dtype=np.int64)
         self._vectors: np.ndarray | None = None
@@ -86,15 +89,26 @@ class ListsIndex:
     def list_sizes(self) -> np.ndarray:
         return np.diff(self._list_ptr)
 
-    def _prepare_add(self, X) -> np.ndarray:
-        """Fit the quantizer on the first call; validated float32 rows."""
+    def _prepare_add(self, X, ids=None) -> tuple[np.ndarray, np.ndarray | None]:
+        """Validated float32 rows and ids (:meth:`RowIds.new_ids`); fits the quantizer on
+        the first call, after both were checked."""
         q = self.quantizer
+        X = check_vectors(X, "X", dim=q.dim_ if q.is_fitted else None)
+        new = self._ids.new_ids(ids, X.shape[0], None)
         if not q.is_fitted:
             q.fit(X)
-        return check_vectors(X, "X", dim=q.dim_)
+        return X, new
 
-    def _store(self, X: np.ndarray, assign: np.ndarray, nlist: int) -> None:
-        """Append encoded ``X`` with list ``assign`` of each row; regroup rows by list."""
+    @property
+    def ids(self) -> np.ndarray:
+        """The id of every vector added, in insertion order (int64 [ntotal])."""
+        return self._ids.array()
+
+    def _store(self, X: np.ndarray, assign: np.ndarray, nlist: int, new_ids=None) -> None:
+        """Append encoded ``X`` with list ``assign`` of each row; regroup rows by list.
+
+        ``new_ids``: the rows' ids from :meth:`_prepare_add` (None: the defaults).
+        """
         q = self.quantizer
         assign = np.asarray(assign, dtype=np.int64).reshape(-1)
         if assign.shape[0] != X.shape[0] or (assign.size and assign.min() < 0):
@@ -106,18 +120,19 @@ class ListsIndex:
             self._vectors = Xp if self._vectors is None else np.concatenate([self._vectors, Xp])
         if self._codes is not None:
             enc = EncodedVectors.concatenate([self._codes, enc])
-        ids = np.concatenate([self._row_ids, np.arange(start, start + len(X), dtype=np.int64)])
+        rows = np.concatenate([self._rows, np.arange(start, start + len(X), dtype=np.int64)])
         rows_assign = np.concatenate([self._assign, assign])
-        order = np.argsort(rows_assign, kind="stable")  # earlier rows (lower ids) first
+        order = np.argsort(rows_assign, kind="stable")  # earlier rows first
         self._codes = enc[order]
-        self._row_ids = ids[order]
+        self._rows = rows[order]
+        self._ids = self._ids.appended(new_ids, len(X))
         self._assign = rows_assign[order]
         counts = np.bincount(self._assign, minlength=nlist)
         self._list_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
     def search(
         self, queries, k: int = 10, *, nprobe=None, oversample=None, rerank=True,
-        scores: str = "similarity",
+        scores: str = "raw",
     ):  # fmt: skip
         """Search: ``(scores, ids)`` [nq, k] like :meth:`bbqlib.FlatIndex.search`.
 
@@ -131,8 +146,15 @@ class ListsIndex:
             Candidates kept for the float rerank: ``ceil(k · oversample)``.
         rerank : bool
             Rerank on the float vectors (needs ``store_vectors=True``).
-        scores : {"similarity", "raw"}
-            As :meth:`bbqlib.FlatIndex.search`.
+        scores : {"raw", "similarity"}
+            As :meth:`bbqlib.FlatIndex.search`: raw cosine / inner product / squared L2 by
+            default, Lucene's mapping with ``"similarity"``.
+
+        Returns
+        -------
+        scores : float32 [nq, k]
+        ids : int64 [nq, k]
+            The ids given to ``add`` (row numbers by default), ``-1`` padding.
         """
         q = self.quantizer
         q._check_fitted()
@@ -149,21 +171,25 @@ class ListsIndex:
         n = self.ntotal
         sim = q.similarity_
         if n == 0:
-            return finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), k, sim, scores)
+            return self._finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), k, scores)
         over = check_oversample(
             self.oversample if oversample is None else oversample,
             q.encoding_.default_oversample,
         )
         depth = candidate_count(k, over, n) if rerank else min(k, n)
         probes = np.ascontiguousarray(self._route(Q, min(nprobe, self.nlist)), dtype=np.int64)
-        keys, ids = self._scan(Q, probes, depth)
+        keys, rows = self._scan(Q, probes, depth)
         if rerank:
-            raw = exact_values(Q, self._vectors, ids, exact_mode(sim))
-            keys, ids = rerank_keys(raw, ids, k, sim)
-        return finish(keys, ids, k, sim, scores)
+            raw = exact_values(Q, self._vectors, rows, exact_mode(sim))
+            keys, rows = rerank_keys(raw, rows, k, sim)
+        return self._finish(keys, rows, k, scores)
+
+    def _finish(self, keys, rows, k, scores):
+        out, rows = finish(keys, rows, k, self.quantizer.similarity_, scores)
+        return out, self._ids.of_rows(rows)
 
     def _scan(self, Q: np.ndarray, probes: np.ndarray, depth: int):
-        """Best ``depth`` per query over the probed lists: keys (``-d²`` or ip), ids."""
+        """Best ``depth`` per query over the probed lists: keys (``-d²`` or ip), rows."""
         q = self.quantizer
         docs = q._cached_doc_codes(self._codes)
         qc = q._query_codes(Q)
@@ -182,22 +208,24 @@ class ListsIndex:
         tail = (np.empty(0, np.uint8), keys, ids)
         lists = KERNELS[qc.kind].lists
         if qc.kind == "planes":
-            lists(*head, docs.data, docs.factors, self._row_ids, list_cc, qc.planes,
+            lists(*head, docs.data, docs.factors, self._rows, list_cc, qc.planes,
                   docs.planes, docs.words, docs.dim, docs.is_l2, *tail)  # fmt: skip
         elif qc.kind == "bytes":
-            lists(*head, docs.data, docs.factors, self._row_ids, list_cc, docs.dim, docs.is_l2,
+            lists(*head, docs.data, docs.factors, self._rows, list_cc, docs.dim, docs.is_l2,
                   *tail)  # fmt: skip
         else:
             codes = docs.data.view(np.uint8) if docs.kind == "planes" else docs.data
             lists(np.ascontiguousarray(head[0], np.float32), *head[1:], codes, docs.factors,
-                  self._row_ids, list_cc, docs.planes, docs.words * 8, docs.dim, docs.is_l2,
+                  self._rows, list_cc, docs.planes, docs.words * 8, docs.dim, docs.is_l2,
                   *tail)  # fmt: skip
         keys, ids = merge_topk(keys, ids, depth)  # the kernel leaves heaps
         return keys, np.where(ids == EMPTY_ID, -1, ids)
 
     @property
     def memory_usage(self) -> int:
-        """RAM bytes of codes, corrections, ids and list offsets (float vectors excluded)."""
+        """RAM bytes of codes, corrections, rows, ids and list offsets (float vectors
+        excluded)."""
         if self._codes is None:
             return 0
-        return self._codes.nbytes + self._row_ids.nbytes + self._list_ptr.nbytes
+        custom = 0 if self._ids.is_identity else self._ids.ids.nbytes
+        return self._codes.nbytes + self._rows.nbytes + custom + self._list_ptr.nbytes

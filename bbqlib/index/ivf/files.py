@@ -1,8 +1,10 @@
 """Saving and opening an :class:`~bbqlib.IVFIndex` directory (``docs/ivf-format.md``).
 
 Format 3 stores the quantizer's state (``meta["quantizer"]`` and ``quantizer.*`` arrays) and
-the encoding's wire number of every list (``list_wire``); directories of formats 1 and 2 (BBQ
-only, the quantizer implied by ``encoding_wire``) still open and serve.
+the encoding's wire number of every list (``list_wire``); format 4 the caller's ids
+(``row_ids`` in the posting file when any id was given, ``next_id`` in the header).
+Directories of formats 1 and 2 (BBQ only, the quantizer implied by ``encoding_wire``) and 3
+(ids = rows) still open and serve.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ...io.container import CorruptFileError
 from ...packing import lut_block_starts
 from ...quantizers import BBQQuantizer, quantizer_from_state
 from ...similarity import resolve_similarity
+from ..ids import RowIds
 from . import plan as P
 from . import storage as ST
 from .postings import Postings
@@ -45,6 +48,8 @@ def header_meta(index) -> dict:
         "n_lists": int(index._C.shape[0]),
         "n_entries": len(index._postings),
         "n_deleted": index.n_deleted,
+        "custom_ids": not index._row_ids.is_identity,
+        "next_id": index._row_ids.next_id,
         "centroid_bits": P.CENTROID_BITS,
         "has_parents": index._table.has_parents,
         "transform": None,
@@ -94,6 +99,8 @@ def save(index, path: Path) -> None:
         if "lut_codes" in stored:
             lut_crc = ST.list_crcs(stored, post.start, blocks=True)
         stored["assignments"] = np.asarray(index._assign)
+        if not index._row_ids.is_identity:
+            stored["row_ids"] = np.asarray(index._row_ids.ids, dtype=np.int64)
     q_params, arrays = _header_arrays(index, crc, lut_crc)
     meta = header_meta(index)
     meta["quantizer"] = q_params
@@ -181,6 +188,14 @@ def load_into(index, path: Path) -> None:
         np.unpackbits(h["deleted"], count=index._ntotal, bitorder="little").astype(bool)
     )
     index._segments = segments
+    row_ids = postings.get("row_ids")
+    if meta.get("custom_ids") and (row_ids is None or row_ids.shape != (index._ntotal,)):
+        raise CorruptFileError(
+            f"the header of {path} records custom ids but its posting file holds no ids for "
+            f"its {index._ntotal} vectors; the files do not belong together"
+        )
+    index._row_ids = RowIds(index._ntotal, row_ids if meta.get("custom_ids") else None,
+                            meta.get("next_id"))  # fmt: skip
 
 
 def verify(index) -> dict:
@@ -195,5 +210,7 @@ def verify(index) -> dict:
         raise CorruptFileError("IVF index in memory has inconsistent list offsets")
     ids = np.asarray(post.ids)
     if ids.size and (ids.min() < 0 or ids.max() >= index._ntotal):
-        raise CorruptFileError("IVF index in memory holds ids out of range")
+        raise CorruptFileError("IVF index in memory holds rows out of range")
+    if len(index._row_ids) != index._ntotal:
+        raise CorruptFileError("IVF index in memory holds ids for another number of vectors")
     return {"generation": None, "lists": int(start.size - 1), "vector_segments": 0}

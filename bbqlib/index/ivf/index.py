@@ -17,11 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ..._kernels.policy import cap_threads, thread_scope, threads_for
 from ..._params import check_int
 from ..._validation import NotFittedError, check_k, check_vectors
 from ...quantizers import BBQQuantizer, Quantizer
 from ...scoring import candidate_count, check_oversample, check_scores, dedup_topk, finish
 from ...similarity import Similarity
+from ..ids import RowIds, filter_rows
 from . import build as B
 from . import files as F
 from . import plan as P
@@ -33,8 +35,11 @@ __all__ = ["IVFIndex", "CLUSTER_SIZE_RANGE", "MAX_VECTORS"]
 
 #: Allowed ``cluster_size`` (spec §6.1).
 CLUSTER_SIZE_RANGE = (64, 65_536)
-#: Ids are stored as int32 in the posting lists.
+#: Posting lists store int32 row numbers (the caller's int64 ids are mapped at the edges).
 MAX_VECTORS = 2**31 - 1
+#: Entries to visit per thread in a search (about 1 ms of work: ~25 ns per entry with the
+#: ranking and rerank around it); fewer run every kernel of the search on one thread.
+ENTRIES_PER_THREAD = 40_000
 #: Builds at least this large show a progress bar unless ``progress=False``.
 AUTO_PROGRESS_ROWS = 1_000_000
 _UNSET = object()
@@ -90,12 +95,16 @@ class IVFIndex:
     Notes
     -----
     ``IVFIndex(1, "cosine", 384)`` (``bits`` first, bbqlib 0.1) still works, with a
-    ``DeprecationWarning``. Ids are ``0 .. ntotal - 1`` in insertion order (deleted ids are
-    not reused). The visit budget (spec §6.7) counts posting entries: ``visit_percentage = p``
-    visits lists in centroid order until ``2 · p / 100 · N`` entries were seen (the factor 2
-    pays for SOAR copies); ``None`` uses ``p / 100 = round(log10(N)² · k') / N`` with ``k'``
-    the rerank depth. Where bbqlib departs from Elasticsearch, and why: ``docs/ivf-format.md``
-    and the module docstrings of :mod:`.plan` and :mod:`.build`.
+    ``DeprecationWarning``. Ids are the caller's (``add(X, ids=...)``: int64 >= 0, unique
+    among live vectors) or, by default, the largest id so far + 1, + 2, ... (row numbers
+    ``0 .. ntotal - 1`` when no id is ever given); the posting lists hold int32 row numbers
+    and a sorted copy of the ids maps between the two. Deleted vectors are tombstones; their
+    ids may be added again. The visit budget (spec §6.7) counts posting entries:
+    ``visit_percentage = p`` visits lists in centroid order until ``2 · p / 100 · N`` entries
+    were seen (the factor 2 pays for SOAR copies); ``None`` uses
+    ``p / 100 = round(log10(N)² · k') / N`` with ``k'`` the rerank depth. Where bbqlib departs
+    from Elasticsearch, and why: ``docs/ivf-format.md`` and the module docstrings of
+    :mod:`.plan` and :mod:`.build`.
 
     Examples
     --------
@@ -165,6 +174,7 @@ class IVFIndex:
         self.soar = bool(soar)
         self.store_vectors = bool(store_vectors)
         self._fitted = False
+        self._row_ids = RowIds()
         self.last_search_stats: dict = {}
 
     # ------------------------------------------------------------------ properties
@@ -178,8 +188,13 @@ class IVFIndex:
 
     @property
     def ntotal(self) -> int:
-        """Ids issued so far (deleted ones included)."""
+        """Vectors added so far (deleted ones included)."""
         return self._ntotal if self._fitted else 0
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The id of every vector added, in insertion order (int64 [ntotal])."""
+        return self._row_ids.array()
 
     @property
     def n_deleted(self) -> int:
@@ -224,19 +239,23 @@ class IVFIndex:
 
     @property
     def bytes_per_entry(self) -> int:
-        """Bytes of one posting entry: packed code + 16 bytes of factors + a 4-byte id."""
+        """Bytes of one posting entry: packed code + 16 bytes of factors + a 4-byte row."""
         self._check_fitted()
         return self.encoding_.doc_bytes(self.dim_) + 16 + 4
 
     # ------------------------------------------------------------------ building
-    def add(self, X, *, progress: bool | None = None) -> None:
-        """Add vectors; their ids continue from :attr:`ntotal`.
+    def add(self, X, ids=None, *, progress: bool | None = None) -> None:
+        """Add vectors.
 
         Parameters
         ----------
         X : array_like [n, d], np.memmap, or a path to ``.npy`` / ``.fvecs`` / ``.fbin``
             Read in blocks of 65,536 rows, so a memory-mapped file larger than RAM works
             (give the index a ``path`` so that the float vectors go to disk too).
+        ids : int array [n], optional
+            The vectors' ids (int64 >= 0, unique, not the id of a live vector in the index);
+            default: the largest id so far + 1, + 2, ... Duplicates and negatives raise
+            ``ValueError`` naming them, before any work is done.
         progress : bool, optional
             tqdm progress bars; default: on for builds of at least 1,000,000 vectors.
 
@@ -260,14 +279,17 @@ class IVFIndex:
         if n == 0:
             raise ValueError("X is empty (0 rows); pass at least one vector")
         if self.ntotal + n > MAX_VECTORS:
-            raise ValueError(f"an IVFIndex holds at most {MAX_VECTORS} vectors (int32 ids)")
+            raise ValueError(f"an IVFIndex holds at most {MAX_VECTORS} vectors (int32 rows)")
+        if self._fitted:
+            check_vectors(source[:1], "X", dim=self.dim_)
+        new = self._row_ids.new_ids(ids, n, self._deleted if self._fitted else None)
         show = (n >= AUTO_PROGRESS_ROWS) if progress is None else bool(progress)
         if not self._fitted:
             B.build(self, source, show)
             self._fitted = True
         else:
-            check_vectors(source[:1], "X", dim=self.dim_)
             B.add_more(self, source, show)
+        self._row_ids = self._row_ids.appended(new, n)
         if self.path is not None:
             self.save(self.path)
 
@@ -307,34 +329,20 @@ class IVFIndex:
     def delete(self, ids) -> None:
         """Delete vectors by id (tombstones: they are skipped by every later search).
 
-        Raises ``ValueError`` for ids that were never issued or are already deleted.
+        Raises ``ValueError`` naming ids that are not in the index or already deleted.
         """
         self._check_fitted()
-        ids = np.asarray(ids)
-        if ids.ndim == 0:
-            ids = ids[None]
-        if ids.size == 0:
+        rows = self._row_ids.rows_of(ids, self._deleted)
+        if rows.size == 0:
             return
-        if ids.dtype.kind not in "iu":
-            raise TypeError(f"ids must be integers, got dtype {ids.dtype}")
-        unknown = ids[(ids < 0) | (ids >= self._ntotal)]
-        if unknown.size:
-            raise ValueError(
-                f"cannot delete unknown ids {unknown[:5].tolist()}"
-                f"{' ...' if unknown.size > 5 else ''}: ids are in [0, {self._ntotal - 1}]"
-            )
-        gone = ids[self._deleted[ids]]
-        if gone.size:
-            raise ValueError(
-                f"ids {gone[:5].tolist()}{' ...' if gone.size > 5 else ''} were already deleted"
-            )
         deleted = self._deleted.copy()
-        deleted[ids] = True
+        deleted[rows] = True
         self._set_deleted(deleted)
         if self.path is not None:
             self.save(self.path)
 
     # ------------------------------------------------------------------ searching
+    @thread_scope
     def search(
         self,
         queries,
@@ -344,7 +352,7 @@ class IVFIndex:
         oversample: float | None = None,
         rerank: bool = True,
         filter=None,
-        scores: str = "similarity",
+        scores: str = "raw",
     ):
         """Approximate top-``k``: ``(scores float32 [nq, k], ids int64 [nq, k])``.
 
@@ -360,12 +368,13 @@ class IVFIndex:
             (3.0 at 1 bit, 1.5 at 2 bits, 1.0 above).
         rerank : bool
             Rescore the ``k'`` candidates on the float vectors (exact scores).
-        filter : boolean mask [ntotal] or array of ids, optional
+        filter : array of ids, or boolean mask [ntotal], optional
             Only these ids are returned; lists are visited until enough allowed entries
-            were scored.
-        scores : {"similarity", "raw"}
-            ``"similarity"``: Lucene's mapping (higher is better); ``"raw"``: squared L2
-            (ascending) or the inner product / cosine.
+            were scored. A boolean mask has one flag per vector added, in insertion order
+            (deleted ones included).
+        scores : {"raw", "similarity"}
+            ``"raw"`` (default): squared L2 (ascending) or the inner product / cosine, as
+            faiss returns them; ``"similarity"``: Lucene's mapping (higher is better).
         """
         self._check_fitted()
         k = check_k(k)
@@ -386,10 +395,11 @@ class IVFIndex:
         n_live = len(self)
         depth = candidate_count(k, oversample, n_live) if rerank else min(k, n_live)
         if depth == 0:
-            return finish(np.empty((nq, 0)), np.empty((nq, 0), np.int64), k, sim, scores)
+            return self._finish(np.empty((nq, 0)), np.empty((nq, 0), np.int64), k, scores)
         ratio = vp / 100.0 if vp is not None else P.dynamic_visit_ratio(self._ntotal, depth)
         heap = 2 * depth
         need = max(2.0 * ratio * self._ntotal, heap)
+        cap_threads(threads_for(nq * need, ENTRIES_PER_THREAD))  # small searches: one thread
         allowed = self._allowed(filter)
         sizes = self._postings.sizes
         allowed_sizes = None
@@ -414,16 +424,20 @@ class IVFIndex:
         }
         if rerank:
             keys, ids = rerank_segments(Qp, self._segments, ids, k, sim)
-        return finish(keys, ids, k, sim, scores)
+        return self._finish(keys, ids, k, scores)
+
+    def _finish(self, keys, rows, k, scores):
+        out, rows = finish(keys, rows, k, self.similarity_, scores)
+        return out, self._row_ids.of_rows(rows)
 
     def _allowed(self, filter) -> np.ndarray | None:
-        """uint8 mask over ids (filter and not deleted), or None when everything is allowed."""
+        """uint8 mask over rows (filter and not deleted), or None when everything is allowed."""
         live = None
         if self._n_deleted:
             if self._live_cache is None:
                 self._live_cache = (~self._deleted).view(np.uint8)
             live = self._live_cache
-        return allowed_mask(filter, self._ntotal, live)
+        return allowed_mask(filter_rows(filter, self._row_ids), self._ntotal, live)
 
     # ------------------------------------------------------------------ files
     def save(self, path=None) -> Path:
@@ -445,8 +459,13 @@ class IVFIndex:
         return path
 
     @classmethod
-    def open(cls, path) -> IVFIndex:
+    def open(cls, path, *, preload: bool = False) -> IVFIndex:
         """Open a saved index; only centroids are read into RAM, the rest is memory-mapped.
+
+        ``preload=True`` reads the posting lists into the page cache now (as
+        Elasticsearch's ``index.store.preload``), so that the first searches do not wait for
+        the disk (:func:`bbqlib.io.preload.preload_arrays`); with :func:`bbqlib.warmup` the
+        first query then costs about what later ones do.
 
         Raises ``FileNotFoundError`` when ``path`` holds no index and
         :class:`~bbqlib.CorruptFileError` when a file is missing, truncated or damaged.
@@ -463,6 +482,10 @@ class IVFIndex:
         )
         F.load_into(index, path)
         index._fitted = True
+        if preload:
+            from ...io.preload import preload_arrays
+
+            preload_arrays(index._postings.arrays().values())
         return index
 
     def verify(self) -> dict:
@@ -475,5 +498,6 @@ class IVFIndex:
         return F.verify(self)
 
     def __repr__(self) -> str:
-        state = f"ntotal={self.ntotal}, lists={self.n_lists}" if self._fitted else "empty"
+        deleted = f", deleted={self.n_deleted}" if self.n_deleted else ""
+        state = f"vectors={len(self)}{deleted}, lists={self.n_lists}" if self._fitted else "empty"
         return f"IVFIndex(quantizer={self.quantizer!r}, cluster_size={self.cluster_size}, {state})"

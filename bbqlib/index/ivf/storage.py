@@ -4,7 +4,8 @@ See ``docs/ivf-format.md`` for the full description. In short::
 
     <dir>/MANIFEST                 JSON: magic, format version, generation, header file name
     <dir>/header.<gen>.bbq         container "ivf_header": meta + centroids (small, read at open)
-    <dir>/postings.<gen>.bbq       container "ivf_postings": codes, factors, ids, assignments
+    <dir>/postings.<gen>.bbq       container "ivf_postings": codes, factors, rows, assignments,
+                                   the caller's ids of the rows (format 4, when custom)
     <dir>/vectors.<token>.npy      immutable float32 segments for the exact rerank
 
 A save writes every file of the new generation (each atomically: temporary file, fsync,
@@ -55,8 +56,10 @@ MAGIC = "bbqlib-ivf"
 #: 2 adds ``lut_codes`` to the postings (the codes again, in blocks of 32 per list, for the
 #: lookup-table scan) with their own per-list CRC32 (``list_lut_crc`` in the header);
 #: 3 records the quantizer (any family; ``meta["quantizer"]``, ``quantizer.*`` arrays) and
-#: each list's encoding wire number (``list_wire``). Formats 1 and 2 still open and serve.
-FORMAT_VERSION = 3
+#: each list's encoding wire number (``list_wire``); 4 the caller's ids (``row_ids`` int64
+#: [ntotal] in the postings when any was given; ``custom_ids``, ``next_id`` in the header).
+#: Formats 1 to 3 still open and serve (ids = rows).
+FORMAT_VERSION = 4
 HEADER_KIND = "ivf_header"
 POSTINGS_KIND = "ivf_postings"
 _OWNED = re.compile(r"^(header\.\d+\.bbq|postings\.\d+\.bbq|vectors\.[0-9a-f]+\.npy)$")
