@@ -60,32 +60,13 @@ def default_sample(n: int, cluster_size: int) -> int:
     return int(min(n, max(FIT_SAMPLE, SAMPLE_PER_LIST * -(-n // cluster_size))))
 
 
-def _ids_module():
-    """``bbqlib.index.ids`` (custom ids, IVF format 4) when this bbqlib has it, else None."""
-    try:
-        from ..index import ids
-    except ImportError:
-        return None
-    return ids
-
-
 def _check_ids(ids, n: int):
     """Custom ids as int64 [n], or None for the row numbers (the default)."""
     if ids is None:
         return None
-    ids = np.asarray(ids.compute() if hasattr(ids, "compute") else ids)
-    module = _ids_module()
-    if module is None:
-        if ids.shape != (n,) or ids.dtype.kind not in "iu":
-            raise ValueError(f"ids must be {n} integers (one per row), got {ids.dtype} {ids.shape}")
-        if not np.array_equal(ids, np.arange(n)):
-            raise NotImplementedError(
-                "custom ids need the IVF directory format with an id map (issue 13), not in "
-                "this bbqlib; build with ids=None (ids are the row numbers) and offset them "
-                "per shard with ShardedIndex(id_offsets=...)"
-            )
-        return None
-    ids = module.check_ids(ids, n)
+    from ..index.ids import check_ids
+
+    ids = check_ids(ids.compute() if hasattr(ids, "compute") else ids, n)
     return None if np.array_equal(ids, np.arange(n)) else ids
 
 
@@ -122,7 +103,7 @@ def build_ivf(
     ids : array of int, optional
         The caller's int64 id of each row (NumPy or Dask array; unique, >= 0), stored as
         ``IVFIndex.add(X, ids=...)`` stores them (IVF format 4) and returned by searches;
-        default: the row numbers. Needs a bbqlib with custom ids (issue 13).
+        default: the row numbers.
     cluster_size : int, default 384
         Target vectors per list.
     sample : int, optional
@@ -441,6 +422,7 @@ class _Build:
 
     def commit(self, C, results, postings, moved) -> None:
         """Posting file and vector segments into ``path``, then header and MANIFEST."""
+        from ..index.ids import RowIds
         from ..index.ivf import files as F
         from ..index.ivf import storage as ST
         from ..index.ivf.postings import Postings
@@ -469,9 +451,7 @@ class _Build:
         index._set_deleted(np.zeros(self.n, dtype=bool))
         index._segments = segments
         index._assign = arrays["assignments"]
-        module = _ids_module()
-        if module is not None:  # format 4: the caller's ids, mapped from the posting file
-            index._row_ids = module.RowIds(self.n, arrays.get("row_ids"))
+        index._row_ids = RowIds(self.n, arrays.get("row_ids"))  # format 4: the caller's ids
         index._postings = Postings(
             arrays["codes"], arrays["factors"], arrays["ids"], start, crc=crc,
             lut_crc=lut_crc, source=container.path,
