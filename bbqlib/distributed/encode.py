@@ -81,7 +81,8 @@ def encode(quantizer, X, *, path=None, client=None):
         if client is not None:
             return int(sum(client.gather(client.compute(tasks))))
         return int(sum(dask.compute(*tasks)))
-    probe = quantizer.encode(np.zeros((1, quantizer.dim_), np.float32) + 1.0)
+    d = quantizer.dim_  # a unit row: valid for every similarity (dot_product wants unit rows)
+    probe = quantizer.encode(np.full((1, d), 1.0 / np.sqrt(d), dtype=np.float32))
     B = probe.codes.shape[1]
     codes, corr = [], []
     for b, rows in zip(blocks, X.chunks[0], strict=True):
