@@ -226,6 +226,14 @@ def build_dist(args) -> dict:
               enumerate(pids.values())]  # fmt: skip
     files = Path(args.files).read_text().split() if args.files else _shards(workdir, args.n)
     X = from_files(files)
+    stages: dict[str, float] = {}
+
+    class _Stages(logging.Handler):  # "bbqlib build <token>: <stage> took <s> s"
+        def emit(self, record):
+            stage, took = record.args[1], record.args[2]
+            stages[str(stage)] = float(took)
+
+    logging.getLogger("bbqlib.distributed.build").addHandler(_Stages())
     t0 = time.perf_counter()
     index = build_ivf(X, out, client=client, progress=False, like=args.like,
                       soar=not args.no_soar)  # fmt: skip
@@ -241,6 +249,7 @@ def build_dist(args) -> dict:
         "cap_mb": args.cap_mb if groups and groups[0] is not None else None,
         "load": os.getloadavg(),
         "partitions": len(X.chunks[0]),
+        "stages_s": stages,
     }
     client.close()
     cluster.close()
@@ -266,14 +275,52 @@ def build_single(args) -> dict:
             "vm_hwm_mb": hwm / 1024, "load": os.getloadavg()}  # fmt: skip
 
 
+def _sample_cpu(pid: int, stop, seen: dict) -> None:
+    """Until ``stop``: cumulative CPU seconds (user + sys) of ``pid`` and its descendants
+    (the Dask worker processes), sampled every 0.5 s; the last sample of each process."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+    except psutil.Error:
+        return
+    while not stop.is_set():
+        try:
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            break
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                seen[p.pid] = (t.user + t.system, " ".join(p.cmdline())[:80])
+            except psutil.Error:
+                pass
+        stop.wait(0.5)
+
+
 def _run(cmd: list[str], log: Path) -> dict:
-    """One build in a fresh process; its JSON result."""
+    """One build in a fresh process; its JSON result, with the CPU seconds of its processes."""
+    import threading
+
     res = Path(str(log) + ".json")
     res.unlink(missing_ok=True)
     print("$", " ".join(cmd), flush=True)
+    seen: dict = {}
+    stop = threading.Event()
     with open(log, "w") as f:
-        subprocess.run(cmd + ["--result", str(res)], check=True, stdout=f, stderr=f)
-    return json.loads(res.read_text())
+        proc = subprocess.Popen(cmd + ["--result", str(res)], stdout=f, stderr=f)
+        sampler = threading.Thread(target=_sample_cpu, args=(proc.pid, stop, seen))
+        sampler.start()
+        code = proc.wait()
+        stop.set()
+        sampler.join()
+    if code:
+        raise subprocess.CalledProcessError(code, cmd)
+    out = json.loads(res.read_text())
+    out["cpu_s"] = sum(v[0] for v in seen.values())
+    out["cpu_driver_s"] = seen.get(proc.pid, (0.0,))[0]
+    out["cpu_workers_s"] = [v[0] for k, v in seen.items() if k != proc.pid and "spawn_main" in v[1]]
+    return out
 
 
 # ----------------------------------------------------------------------------- search
@@ -465,6 +512,10 @@ def report(res: dict, n: int, _common):
             "cg": " / ".join(f"{c['max_usage_mb']:.0f}" for c in cg if c) or None,
             "cap": r.get("cap_mb"),
             "load": " / ".join(f"{x:.1f}" for x in r["load"]),
+            "cpu": r.get("cpu_s"),
+            "cpu_split": None if "cpu_s" not in r else " + ".join(
+                f"{c:.0f}" for c in [r["cpu_driver_s"], *r.get("cpu_workers_s", [])]),
+            "stages": " / ".join(f"{k} {v:.0f}" for k, v in r.get("stages_s", {}).items()) or None,
         })  # fmt: skip
     tables = [] if not builds else [f"### Build, n = {n:,}\n\n" + _common.markdown_table(builds, [
         ("build", "build"), ("n", "rows"), ("wall", "wall s", ".0f"), ("lists", "lists"),
@@ -472,6 +523,8 @@ def report(res: dict, n: int, _common):
         ("vs single", "wall / single-process wall", ".2f"),
         ("peak", "peak RssAnon per worker (MB)"), ("cg", "peak cgroup usage incl. page cache (MB)"),
         ("cap", "cgroup cap (MB)"), ("load", "load avg after (1/5/15)"),
+        ("cpu", "CPU s (all processes)", ".0f"), ("cpu_split", "CPU s driver + workers"),
+        ("stages", "stage wall s"),
     ])]  # fmt: skip
     if "search" in res:
         head = f"### Search, n = {n:,} (500 queries, one batch, recall@10)\n\n"
