@@ -422,6 +422,8 @@ def run_all(args) -> int:
         res = json.loads(results_path.read_text())
 
     def save():
+        if args.label:
+            res["label"] = args.label
         results_path.write_text(json.dumps(res, indent=1))
 
     idx = {k: workdir / f"index-{k}-{n}" for k in ("single", "dask1", "dask2")}
@@ -460,7 +462,9 @@ def report_all(args) -> int:
 
     workdir = Path(args.workdir)
     tables, notes = [], []
-    for path in sorted(workdir.glob("results-*.json"), key=lambda p: int(p.stem.split("-")[1])):
+    for path in sorted(
+        workdir.glob("results-*.json"), key=lambda p: (int(p.stem.split("-")[1]), p.stem)
+    ):
         res = json.loads(path.read_text())
         n = int(path.stem.split("-")[1])
         t, nt = report(res, n, _common)
@@ -496,6 +500,7 @@ python benchmarks/bench_distributed.py report"""
 
 
 def report(res: dict, n: int, _common):
+    tag = f"n = {n:,}" + (f" ({res['label']})" if res.get("label") else "")
     builds = []
     for key in ("single", "dask1", "dask2"):
         if key not in res:
@@ -517,7 +522,7 @@ def report(res: dict, n: int, _common):
                 f"{c:.0f}" for c in [r["cpu_driver_s"], *r.get("cpu_workers_s", [])]),
             "stages": " / ".join(f"{k} {v:.0f}" for k, v in r.get("stages_s", {}).items()) or None,
         })  # fmt: skip
-    tables = [] if not builds else [f"### Build, n = {n:,}\n\n" + _common.markdown_table(builds, [
+    tables = [] if not builds else [f"### Build, {tag}\n\n" + _common.markdown_table(builds, [
         ("build", "build"), ("n", "rows"), ("wall", "wall s", ".0f"), ("lists", "lists"),
         ("vs 1 worker", "speed-up vs 1 worker", ".2f"),
         ("vs single", "wall / single-process wall", ".2f"),
@@ -527,18 +532,18 @@ def report(res: dict, n: int, _common):
         ("stages", "stage wall s"),
     ])]  # fmt: skip
     if "search" in res:
-        head = f"### Search, n = {n:,} (500 queries, one batch, recall@10)\n\n"
+        head = f"### Search, {tag} (500 queries, one batch, recall@10)\n\n"
         tables.append(head + _common.markdown_table(
             res["search"], [("index", "index"), ("vp", "visit_percentage"), ("recall", "recall@10"),
                             ("qps", "QPS", ".0f")]))  # fmt: skip
     if "shards" in res:
         sh = res["shards"]
         rows = [{"what": k, "value": v} for k, v in sh.items()]
-        tables.append(f"### Two shards vs their union, n = {n:,}\n\n" + _common.markdown_table(
+        tables.append(f"### Two shards vs their union, {tag}\n\n" + _common.markdown_table(
             rows, [("what", "check"), ("value", "value")]))  # fmt: skip
     notes = []
     if "dask1 == dask2" in res:
-        notes.append(f"n = {n:,}: the 1-worker and 2-worker builds are identical (centroids, "
+        notes.append(f"{tag}: the 1-worker and 2-worker builds are identical (centroids, "
                      f"codes, ids, list CRCs): {res['dask1 == dask2']}")  # fmt: skip
     return tables, notes
 
@@ -558,6 +563,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shards-n", type=int, default=250_000, help="rows of the shard check")
     ap.add_argument("--skip", default="", help="comma list: single,dask1,dask2,shards")
     ap.add_argument("--out", default=str(HERE / "results" / "distributed.md"))
+    ap.add_argument("--label", default="", help="shown in the report's headings (e.g. run 2)")
     args = ap.parse_args(argv)
     if args.command == "prepare":
         prepare(args.n, Path(args.workdir))
