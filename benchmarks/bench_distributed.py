@@ -495,6 +495,14 @@ NOTES = [
     "sampled every 0.5-1 s with psutil) does not depend on the load: it is the work each "
     "build does. Run 1's CPU figures come from a sidecar sampler (the frozen code predates "
     "the bench's own sampling); its single-process build was not sampled.",
+    "Work, by CPU seconds at n = 1,000,000: the single-process build 76 s (run 2); the Dask "
+    "builds 111-117 s with 1 worker and 126-148 s with 2. The distributed build reads the data "
+    "three times (samples, means, encode) and assigns every row twice through the two-level "
+    "tree, where the single-process build's k-means keeps its assignments; each worker is "
+    "another interpreter with Dask's and numba's start-up. On an idle machine the 2-worker "
+    "build (driver + workers / 2: about 80-95 s) would therefore not be faster than "
+    "IVFIndex.add on 2 threads (at most 76 s): the wall ratios under load below 1 reflect "
+    "that 3 processes got more of the shared cores than one process with 2 threads.",
     "n = 5,000,000 and the shard check (n = 250,000) ran in the previous session on code "
     "5eb87d1 (before main's custom ids, threads and docs were merged in; the build algorithm "
     "and the writer are unchanged since, and its 5M index opens and serves with the current "
