@@ -329,14 +329,11 @@ class _Build:
             q.fit_residuals(residual_sample(S[:m], a.C, primary_s, seed=index.seed))
         vectors, offset = None, 0
         if index.store_vectors:  # one .npy for all rows: the workers fill it in place
-            from ..index.ivf import storage as ST
-
             self.vectors = self.staging / f"vectors.{secrets.token_hex(8)}.npy"
-            header = ST._npy_header(self.n, self.d)
-            with open(self.vectors, "wb") as f:
-                f.write(header)
-                f.truncate(len(header) + self.n * self.d * 4)
-            vectors, offset = str(self.vectors), len(header)
+            empty = np.lib.format.open_memmap(self.vectors, mode="w+", dtype="<f4",
+                                              shape=(self.n, self.d))  # fmt: skip
+            vectors, offset = str(self.vectors), int(empty.offset)
+            del empty
         state = BuildState(q, a, index.soar, 1.0, str(self.staging), vectors, offset)
         shared = broadcast(self.client, state)
         first = getattr(self, "first_assign", None)
@@ -441,7 +438,8 @@ class _Build:
                 os.fsync(f.fileno())
             self.vectors.replace(target)
             moved.append(target)
-            segments.append(ST.Segment(ST._map_segment(target, self.n, self.d), target, vec_crc))
+            mapped = np.load(target, mmap_mode="r").view(np.ndarray)
+            segments.append(ST.Segment(mapped, target, vec_crc))
         moved.append(container.path)
         container.finish(section_crc)
         _, _, arrays = read_container(container.path, mmap=True, verify=False)

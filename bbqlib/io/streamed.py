@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 
 from .container import _FOOTER, _PREFIX, FOOTER_MAGIC, FORMAT_VERSION, MAGIC, _aligned
-from .vectors import _fsync_directory
 
 __all__ = ["StreamedContainer", "crc32_combine", "write_rows"]
 
@@ -193,3 +192,14 @@ def write_rows(container: StreamedContainer, name: str, row: int, data: np.ndarr
         f.seek(sec.offset + row * sec.row_bytes)
         f.write(raw.tobytes())
     return zlib.crc32(raw)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (POSIX; not possible nor needed on Windows)."""
+    if os.name != "posix":
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
