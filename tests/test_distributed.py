@@ -159,6 +159,9 @@ def test_build_writes_what_the_local_writer_writes(built, data, tmp_path):
     for want, got in ((head_a, head_b), (post_a, post_b)):
         assert sorted(want) == sorted(got)
         for name in want:
+            if isinstance(want[name], dict):  # e.g. the posting file's section CRC32s
+                assert want[name] == got[name], name
+                continue
             assert want[name].dtype == got[name].dtype, name
             assert np.array_equal(want[name], got[name]), name
     assert [(len(s), s.crc32) for s in seg_a] == [(len(s), s.crc32) for s in seg_b]
