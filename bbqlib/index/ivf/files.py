@@ -2,7 +2,8 @@
 
 Format 3 stores the quantizer's state (``meta["quantizer"]`` and ``quantizer.*`` arrays) and
 the encoding's wire number of every list (``list_wire``); format 4 the caller's ids
-(``row_ids`` in the posting file when any id was given, ``next_id`` in the header).
+(``row_ids`` in the posting file when any id was given, ``next_id`` in the header); format 5
+the kind of the vector segments (``vector_dtype``; absent: float32) and the search defaults.
 Directories of formats 1 and 2 (BBQ only, the quantizer implied by ``encoding_wire``) and 3
 (ids = rows) still open and serve.
 """
@@ -43,7 +44,10 @@ def header_meta(index) -> dict:
         "cluster_size": index.cluster_size,
         "seed": int(index.seed),
         "soar": index.soar,
-        "store_vectors": index.store_vectors,
+        "store_vectors": bool(index.store_vectors),
+        "vector_dtype": index.store_vectors or None,
+        "visit_percentage": index.visit_percentage,
+        "oversample": index.oversample,
         "ntotal": index._ntotal,
         "n_lists": int(index._C.shape[0]),
         "n_entries": len(index._postings),

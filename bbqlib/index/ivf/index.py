@@ -21,6 +21,7 @@ from ..._params import check_int
 from ..._validation import NotFittedError, check_k, check_vectors
 from ...quantizers import BBQQuantizer, Quantizer
 from ...scoring import candidate_count, check_oversample, check_scores, dedup_topk, finish
+from ...scoring.stored import check_store_vectors
 from ...similarity import Similarity
 from ..ids import RowIds, filter_rows
 from . import build as B
@@ -85,8 +86,12 @@ class IVFIndex:
         vectors are then served memory-mapped (only centroids stay in RAM).
     soar : bool, default True
         Spill every vector to its best secondary list (SOAR, lambda = 1).
-    store_vectors : bool, default True
-        Keep the float vectors for the exact rerank (and for re-clustering on growth).
+    store_vectors : {"float32", "float16", "int8"} or bool, default "float32"
+        Keep the vectors for the exact rerank (and for re-clustering on growth) as float32
+        (``True``), float16 or int8 with a per-vector scale (:mod:`bbqlib.scoring.stored`),
+        or not at all (``False``: searches return quantized scores).
+    visit_percentage, oversample : float, optional
+        Defaults of :meth:`search` (``None``: the dynamic budget, the encoding's depth).
 
     Notes
     -----
@@ -125,7 +130,9 @@ class IVFIndex:
         seed: int = 42,
         path=None,
         soar: bool = True,
-        store_vectors: bool = True,
+        store_vectors="float32",
+        visit_percentage: float | None = None,
+        oversample: float | None = None,
     ):
         if isinstance(quantizer, (int, np.integer)) and not isinstance(quantizer, bool):
             warnings.warn(
@@ -168,7 +175,9 @@ class IVFIndex:
         self.seed = check_int(seed, "seed", 0)
         self.path = None if path is None else Path(path)
         self.soar = bool(soar)
-        self.store_vectors = bool(store_vectors)
+        self.store_vectors = check_store_vectors(store_vectors)
+        self.visit_percentage = _check_visit_percentage(visit_percentage)
+        self.oversample = None if oversample is None else check_oversample(oversample, 1.0)
         self._fitted = False
         self._row_ids = RowIds()
         self.last_search_stats: dict = {}
@@ -312,12 +321,14 @@ class IVFIndex:
 
     def _vectors_rows(self, rows: np.ndarray) -> np.ndarray:
         """Stored float vectors of ascending ``rows`` (float32 copy)."""
+        from ...scoring.stored import stored_rows
+
         out = np.empty((rows.size, self.dim_), dtype=np.float32)
         start = 0
         for seg in self._segments:
             stop = start + len(seg)
             lo, hi = np.searchsorted(rows, [start, stop])
-            out[lo:hi] = seg.array[rows[lo:hi] - start]
+            out[lo:hi] = stored_rows(seg.array, rows[lo:hi] - start)
             start = stop
         return out
 
@@ -345,7 +356,7 @@ class IVFIndex:
         *,
         visit_percentage: float | None = None,
         oversample: float | None = None,
-        rerank: bool = True,
+        rerank: bool | None = None,
         filter=None,
         scores: str = "raw",
     ):
@@ -357,12 +368,13 @@ class IVFIndex:
         k : int
         visit_percentage : float in (0, 100], optional
             Share of the vectors to visit (SOAR copies counted as half); ``None``: the
-            dynamic default ``round(log10(N)² · k') / N``.
+            index's ``visit_percentage``, else the dynamic default ``round(log10(N)² · k') / N``.
         oversample : float >= 1, optional
-            Rerank depth ``k' = min(ceil(k · oversample), 10,000)``; default from the encoding
-            (3.0 at 1 bit, 1.5 at 2 bits, 1.0 above).
-        rerank : bool
-            Rescore the ``k'`` candidates on the float vectors (exact scores).
+            Rerank depth ``k' = min(ceil(k · oversample), 10,000)``; ``None``: the index's
+            ``oversample``, else the encoding's (3.0 at 1 bit, 1.5 at 2 bits, 1.0 above).
+        rerank : bool, optional
+            Rescore the ``k'`` candidates on the stored vectors (exact scores); ``None``
+            (default): when the index keeps vectors.
         filter : array of ids, or boolean mask [ntotal], optional
             Only these ids are returned; lists are visited until enough allowed entries
             were scored. A boolean mask has one flag per vector added, in insertion order
@@ -375,6 +387,9 @@ class IVFIndex:
         k = check_k(k)
         check_scores(scores)
         vp = _check_visit_percentage(visit_percentage)
+        vp = self.visit_percentage if vp is None else vp
+        if rerank is None:
+            rerank = bool(self.store_vectors)
         if rerank not in (True, False):
             raise ValueError(f"rerank must be True or False, got {rerank!r}")
         if rerank and not self.store_vectors:
@@ -386,6 +401,7 @@ class IVFIndex:
         Qp = q._validated(queries, "queries", allow_1d=True)
         Qt = q.transform_rows(Qp)
         nq = Qp.shape[0]
+        oversample = self.oversample if oversample is None else oversample
         oversample = check_oversample(oversample, q.encoding_.default_oversample)
         n_live = len(self)
         depth = candidate_count(k, oversample, n_live) if rerank else min(k, n_live)
@@ -467,7 +483,9 @@ class IVFIndex:
             seed=meta["seed"],
             path=path,
             soar=meta["soar"],
-            store_vectors=meta["store_vectors"],
+            store_vectors=meta.get("vector_dtype", "float32") if meta["store_vectors"] else False,
+            visit_percentage=meta.get("visit_percentage"),
+            oversample=meta.get("oversample"),
         )
         F.load_into(index, path)
         index._fitted = True

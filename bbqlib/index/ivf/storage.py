@@ -6,7 +6,8 @@ See ``docs/ivf-format.md`` for the full description. In short::
     <dir>/header.<gen>.bbq         container "ivf_header": meta + centroids (small, read at open)
     <dir>/postings.<gen>.bbq       container "ivf_postings": codes, factors, rows, assignments,
                                    the caller's ids of the rows (format 4, when custom)
-    <dir>/vectors.<token>.npy      immutable float32 segments for the exact rerank
+    <dir>/vectors.<token>.npy      immutable segments of rerank vectors (float32, float16 or
+                                   int8 records: ``meta["vector_dtype"]``)
 
 A save writes every file of the new generation (each atomically: temporary file, fsync,
 rename), then swaps ``MANIFEST`` atomically, then deletes files no generation references.
@@ -37,6 +38,7 @@ from ...io.container import (
 )
 from ...io.vectors import atomic_path
 from ...packing import lut_block_starts
+from ...scoring.stored import stored_kind_of, to_stored, vector_dtype
 
 __all__ = [
     "MANIFEST",
@@ -58,8 +60,10 @@ MAGIC = "bbqlib-ivf"
 #: 3 records the quantizer (any family; ``meta["quantizer"]``, ``quantizer.*`` arrays) and
 #: each list's encoding wire number (``list_wire``); 4 the caller's ids (``row_ids`` int64
 #: [ntotal] in the postings when any was given; ``custom_ids``, ``next_id`` in the header).
-#: Formats 1 to 3 still open and serve (ids = rows).
-FORMAT_VERSION = 4
+#: 5 the kind of the vector segments (``vector_dtype`` in the header: float32, float16 or
+#: int8 records, :mod:`bbqlib.scoring.stored`; absent: float32) and the search defaults
+#: (``visit_percentage``, ``oversample``). Formats 1 to 4 still open and serve.
+FORMAT_VERSION = 5
 HEADER_KIND = "ivf_header"
 POSTINGS_KIND = "ivf_postings"
 _OWNED = re.compile(r"^(header\.\d+\.bbq|postings\.\d+\.bbq|vectors\.[0-9a-f]+\.npy)$")
@@ -68,7 +72,7 @@ _CRC_CHUNK = 1 << 24
 
 @dataclass
 class Segment:
-    """A block of float vectors (rows ``start : start + len(array)`` of the index).
+    """A block of stored vectors (rows ``start : start + len(array)`` of the index).
 
     ``file`` is the segment's path once it is on disk (then ``array`` is a read-only memory
     map of it) and ``crc32`` the CRC of its data bytes.
@@ -124,10 +128,11 @@ def list_crcs(postings: dict, list_start: np.ndarray, *, blocks: bool = False) -
 # --------------------------------------------------------------------------- vectors
 
 
-def write_segment(directory: Path, batches, dim: int) -> Segment:
-    """Stream float32 batches into a new ``vectors.<token>.npy`` (atomic); return it mapped.
+def write_segment(directory: Path, batches, dim: int, kind: str = "float32") -> Segment:
+    """Stream batches into a new ``vectors.<token>.npy`` (atomic); return it mapped.
 
-    ``batches`` yields float32 [m, dim] C-contiguous arrays. The row count is not needed in
+    ``batches`` yields float32 [m, dim] rows (stored as ``kind``, converted here) or rows
+    already of ``kind``. The row count is not needed in
     advance: the ``.npy`` header is rewritten at the end (its length does not change, NumPy
     pads it to a fixed 64-byte multiple, and we reserve room for a 20-digit count).
     """
@@ -136,17 +141,19 @@ def write_segment(directory: Path, batches, dim: int) -> Segment:
     rows = 0
     crc = 0
     with atomic_path(name) as tmp, open(tmp, "wb") as f:
-        header = _npy_header(10**19, dim)  # widest count: fixes the header length
+        header = _npy_header(10**19, dim, kind)  # widest count: fixes the header length
         f.write(header)
         for block in batches:
-            block = np.ascontiguousarray(block, dtype="<f4")
+            if block.dtype.names is None and block.dtype != vector_dtype(kind, dim):
+                block = to_stored(np.asarray(block, dtype=np.float32), kind)
+            block = np.ascontiguousarray(block)
             crc = _crc(block, crc)
             f.write(block.tobytes())
             rows += block.shape[0]
-        new_header = _npy_header(rows, dim, pad_to=len(header))
+        new_header = _npy_header(rows, dim, kind, pad_to=len(header))
         f.seek(0)
         f.write(new_header)
-    return Segment(_map_segment(name, rows, dim), name, crc)
+    return Segment(_map_segment(name, rows, dim, kind), name, crc)
 
 
 def _advise_random(arr) -> None:
@@ -161,15 +168,17 @@ def _advise_random(arr) -> None:
         m.madvise(mmap.MADV_RANDOM)
 
 
-def _npy_header(rows: int, dim: int, pad_to: int | None = None) -> bytes:
-    d = {"descr": "<f4", "fortran_order": False, "shape": (int(rows), int(dim))}
+def _npy_header(rows: int, dim: int, kind: str = "float32", pad_to: int | None = None) -> bytes:
+    dtype = vector_dtype(kind, dim)
+    shape = (int(rows),) if dtype.names else (int(rows), int(dim))
+    d = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
     text = repr(d)
     total = pad_to if pad_to is not None else -(-(10 + len(text) + 1 + 32) // 64) * 64
     body = text + " " * (total - 10 - len(text) - 1) + "\n"
     return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode("latin1")
 
 
-def _map_segment(path: Path, rows: int, dim: int) -> np.ndarray:
+def _map_segment(path: Path, rows: int, dim: int, kind: str = "float32") -> np.ndarray:
     if not path.exists():
         raise CorruptFileError(
             f"the IVF index at {path.parent} is incomplete: vector file {path.name} listed in "
@@ -182,10 +191,12 @@ def _map_segment(path: Path, rows: int, dim: int) -> np.ndarray:
             f"vector file {path} is truncated or corrupted ({err}); restore it or rebuild"
         ) from None
     _advise_random(arr)
-    if arr.shape != (rows, dim) or arr.dtype != np.dtype("<f4"):
+    dtype = vector_dtype(kind, dim)
+    shape = (rows,) if dtype.names else (rows, dim)
+    if arr.shape != shape or arr.dtype != dtype:
         raise CorruptFileError(
-            f"vector file {path} holds {arr.dtype} {arr.shape}, expected float32 "
-            f"({rows}, {dim}); the file does not belong to this index"
+            f"vector file {path} holds {arr.dtype} {arr.shape}, expected {kind} {shape}; "
+            "the file does not belong to this index"
         )
     return arr.view(np.ndarray)
 
@@ -230,8 +241,9 @@ def save_generation(
         if seg.file is not None and seg.file.parent.resolve() == directory.resolve():
             stored.append(seg)
         else:
-            dim = seg.array.shape[1]
-            stored.append(write_segment(directory, _blocks(seg.array), dim))
+            kind = stored_kind_of(seg.array)
+            dim = meta["dim"]
+            stored.append(write_segment(directory, _blocks(seg.array), dim, kind))
     meta = dict(meta)
     meta["generation"] = generation
     meta["vector_segments"] = [
@@ -267,7 +279,7 @@ def save_generation(
 
 def _blocks(arr: np.ndarray, rows: int = 65536):
     for start in range(0, arr.shape[0], rows):
-        yield np.ascontiguousarray(arr[start : start + rows], dtype=np.float32)
+        yield np.ascontiguousarray(arr[start : start + rows])
 
 
 def _collect_garbage(directory: Path, keep: set[str]) -> None:
@@ -323,7 +335,9 @@ def open_generation(directory):
     postings = {k: v.view(np.ndarray) for k, v in postings.items()}
     segments = [
         Segment(
-            _map_segment(directory / s["file"], s["rows"], meta["dim"]),
+            _map_segment(
+                directory / s["file"], s["rows"], meta["dim"], meta.get("vector_dtype") or "float32"
+            ),
             directory / s["file"],
             s["crc32"],
         )
