@@ -1,4 +1,4 @@
-"""Command line: ``python -m bbqlib demo`` and ``python -m bbqlib eval``.
+"""Command line: ``python -m bbqlib demo``, ``eval`` and ``calibrate``.
 
 ``demo`` runs on the sample bundled in the package (4,000 Debian package descriptions embedded
 with all-MiniLM-L6-v2, 200 held-out queries); ``eval`` runs the same table on your vectors.
@@ -134,6 +134,20 @@ def _eval(args) -> int:
     return 0
 
 
+def _calibrate(args) -> int:
+    from .calibrate import calibrate
+
+    base = read_vectors(args.data, mmap=True)
+    queries = None if args.queries is None else read_vectors(args.queries)
+    report = calibrate(
+        base, queries, similarity=args.similarity, k=args.k, target_recall=args.target_recall,
+        index=args.index, max_bytes_per_vector=args.max_bytes_per_vector,
+        max_latency_ms=args.max_latency_ms, n=args.n, seed=args.seed, progress=not args.quiet,
+    )  # fmt: skip
+    print(report)
+    return 0 if report.chosen is not None else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="bbqlib", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -147,9 +161,22 @@ def main(argv=None) -> int:
     ev.add_argument("--bits", default="1,2,4,7", help="comma-separated doc bit widths")
     ev.add_argument("--k", type=int, default=10)
     ev.add_argument("--max-queries", type=int, default=0, help="use only the first N queries")
+    cal = sub.add_parser("calibrate", help="the cheapest configuration meeting a recall target")
+    cal.add_argument("--data", required=True, help="base vectors (.npy, .fvecs, .fbin)")
+    cal.add_argument("--queries", help="held-out queries (default: 200 sampled from --data)")
+    cal.add_argument("--similarity", default="cosine", help="cosine, dot_product, euclidean, mip")
+    cal.add_argument("--target-recall", type=float, default=0.95)
+    cal.add_argument("--k", type=int, default=10)
+    cal.add_argument("--index", default="flat", choices=("flat", "ivf", "auto"))
+    cal.add_argument("--max-bytes-per-vector", type=float)
+    cal.add_argument("--max-latency-ms", type=float)
+    cal.add_argument("--n", type=int, help="size RAM and disk for this many vectors")
+    cal.add_argument("--seed", type=int, default=0)
+    cal.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(argv)
+    commands = {"demo": _demo, "eval": _eval, "calibrate": _calibrate}
     try:
-        return _demo(args) if args.command == "demo" else _eval(args)
+        return commands[args.command](args)
     except (ValueError, TypeError, FileNotFoundError) as err:
         print(f"bbqlib: error: {err}", file=sys.stderr)
         return 2
