@@ -103,6 +103,17 @@ def test_constraints_shape_the_choice(data):
     assert "none meets the target" in repr(r)
 
 
+def test_screen_on_a_subsample_drops_points_before_their_full_measure(data):
+    X, Q = data
+    cal = Calibrator(X, similarity="euclidean", space=SMALL, screen=800)
+    r = cal.run(Q, k=10, target_recall=0.9)
+    assert {c.n_measured for c in r.candidates} == {800, len(X)}
+    assert r.chosen.n_measured == len(X) and r.chosen.recall_low >= 0.9
+    assert "n measured" in r.table() and r.timings["flat screen"] > 0
+    full = [c for c in r.candidates if c.n_measured == len(X)]
+    assert len(full) < len(Calibrator(X, similarity="euclidean", space=SMALL).run(Q).candidates)
+
+
 def test_queries_sampled_from_x_are_held_out(data):
     X, _ = data
     r = bbqlib.calibrate(X, similarity="cosine", k=5, target_recall=0.8, space=SMALL[:1],

@@ -40,6 +40,8 @@ __all__ = [
 ]
 
 _INDEXES = ("flat", "ivf", "auto")
+#: Bases of at least this many vectors are screened on a subsample first (search.py).
+SCREEN_ROWS = 400_000
 _METRIC = {"euclidean": "l2", "cosine": "cosine"}
 
 
@@ -89,13 +91,17 @@ class Calibrator:
         Kinds of stored rerank vectors to try (default :data:`STORES`).
     cache_bytes : int
         Bound of the encodes kept between measurements (default 4 GiB).
+    screen : bool or int, optional
+        Probe every point on a seeded subsample first (a tenth, at least 100,000 vectors;
+        an int: that many) and drop those that miss clearly (:mod:`bbqlib.calibrate.search`);
+        default: for bases of at least :data:`SCREEN_ROWS` vectors.
     progress : bool
         Print a line per step.
     """
 
     def __init__(self, X, *, similarity, index: str = "flat", seed: int = 0,
                  cluster_size: int = 384, space=None, stores=STORES,
-                 cache_bytes: int = 4 << 30, progress: bool = False):  # fmt: skip
+                 cache_bytes: int = 4 << 30, screen=None, progress: bool = False):  # fmt: skip
         if index not in _INDEXES:
             raise ValueError(f"index must be one of {_INDEXES}, got {index!r}")
         X = X.view(np.ndarray) if isinstance(X, np.memmap) else X
@@ -114,18 +120,29 @@ class Calibrator:
         self._start = time.perf_counter()
         log = _log(progress, self._start)
         kinds = ("flat", "ivf") if index == "auto" else (index,)
-        self.engines = {
-            kind: Engine(
-                X,
+
+        def engine(base, kind, quiet=False):
+            return Engine(
+                base,
                 self.similarity,
                 kind,
                 seed=self.seed,
                 cluster_size=cluster_size,
                 cache_bytes=cache_bytes,
-                log=log,
-            )  # fmt: skip
-            for kind in kinds
-        }
+                log=(lambda m: None) if quiet else log,
+            )
+
+        self.engines = {kind: engine(X, kind) for kind in kinds}
+        self.screens = {}
+        n = X.shape[0]
+        use_screen = n >= SCREEN_ROWS if screen is None else bool(screen)
+        if use_screen:
+            size = min(n, max(100_000, n // 10))
+            if not isinstance(screen, bool) and isinstance(screen, (int, np.integer)):
+                size = check_int(screen, "screen", 2, n)
+            rows = np.sort(np.random.default_rng(self.seed).choice(n, size, replace=False))
+            sub = np.asarray(X[rows])
+            self.screens = {kind: engine(sub, kind, quiet=True) for kind in kinds}
 
     def run(self, queries, *, k: int = 10, target_recall: float = 0.95, ground_truth=None,
             max_bytes_per_vector=None, max_latency_ms=None, n=None,
@@ -144,19 +161,27 @@ class Calibrator:
         gt_ids, gt_scores = _ground_truth(self.X, Q, k, self.similarity, ground_truth)
         timings = {"ground_truth": time.perf_counter() - tg}
         log(f"ground truth of {len(Q)} queries: {timings['ground_truth']:.1f} s")
-        run = smart_search if search == "smart" else grid_search
         trials, winners = [], []
         for kind, engine in self.engines.items():
             engine.set_queries(Q, gt_ids, gt_scores, k)
             before = dict(engine.timings)
+            sieve = self.screens.get(kind)
+            before_screen = dict(sieve.timings) if sieve is not None else {}
             points = code_points(self.space, kind, self.stores)
-            t, best = run(engine, points, float(target_recall), max_bytes=max_bytes_per_vector,
-                          max_latency=max_latency_ms, log=log)  # fmt: skip
-            trials += [(engine, x) for x in t]
+            kw = dict(max_bytes=max_bytes_per_vector, max_latency=max_latency_ms, log=log)
+            if search == "grid":
+                t, best = grid_search(engine, points, float(target_recall), **kw)
+            else:
+                screen = self._screen(kind, Q, k)
+                t, best = smart_search(engine, points, float(target_recall), screen=screen, **kw)
+            trials += t
             if best is not None:
                 winners.append((engine, best))
             for name, v in engine.timings.items():
                 timings[f"{kind} {name}"] = v - before.get(name, 0.0)
+            if sieve is not None and search == "smart":
+                spent = sum(v - before_screen.get(x, 0.0) for x, v in sieve.timings.items())
+                timings[f"{kind} screen"] = spent + self._screen_gt_seconds
         configs, chosen = [], None
         pick = min(winners, key=lambda w: (round(w[1].bytes_per_vector, 1), w[1].m.latency_ms),
                    default=None)  # fmt: skip
@@ -170,6 +195,17 @@ class Calibrator:
         log(f"done: {len(configs)} configurations in {seconds:.1f} s")
         return CalibrationReport(tuple(configs), chosen, float(target_recall), k, n, sizes,
                                  seconds, timings, search)  # fmt: skip
+
+    def _screen(self, kind, Q, k):
+        """The screening engine of ``kind`` with these queries (None without screening)."""
+        if kind not in self.screens:
+            return None
+        eng = self.screens[kind]
+        t0 = time.perf_counter()
+        gt_ids, gt_scores = _ground_truth(eng.base, Q, k, self.similarity)
+        self._screen_gt_seconds = time.perf_counter() - t0
+        eng.set_queries(Q, gt_ids, gt_scores, k)
+        return eng
 
 
 def calibrate(

@@ -56,9 +56,11 @@ class CalibrationReport:
     def rows(self) -> list[dict]:
         """One dict per candidate (the table's columns), cheapest first."""
         out = []
+        mixed = len({c.n_measured for c in self.candidates}) > 1
         for c, s in zip(self.candidates, self.sizes, strict=True):
             lo, hi = c.recall_ci
             out.append({
+                **({"n measured": f"{c.n_measured:,}"} if mixed else {}),
                 "index": c.index,
                 "codes": f"{c.family} {c.bits}x{'f' if c.query_bits is None else c.query_bits}",
                 "precondition": "-" if c.precondition is None else str(c.precondition),

@@ -19,6 +19,11 @@ time:
    IVF the staircase of minimal (oversample, visit) pairs (a pair is dominated when another
    meets the target with no more depth and no more visits), walked from the deepest rerank
    down while it gets faster;
+0. on large bases (:data:`bbqlib.calibrate.SCREEN_ROWS`) every probe is first made on a
+   seeded subsample of the base (a tenth, at least 100,000 vectors: encodes cost a tenth)
+   and a point whose mean recall there misses the target by more than
+   :data:`SCREEN_MARGIN` is dropped without its full encode (recall falls as the base
+   grows, so a point that misses on the subsample misses on the whole);
 3. the first group where some point meets the target holds the answer: its candidates
    are timed again (three interleaved repeats, median) and the fastest is chosen. Every
    more expensive group is pruned.
@@ -52,6 +57,9 @@ RETIME_REPEATS = 3
 PROBE_SLACK = 3.0
 #: The IVF staircase stops once a pair is this many times slower than the fastest so far.
 STAIR_SLACK = 1.5
+#: A screen (a subsample of the base) drops a point when its mean recall there is below
+#: the target by more than this (recall falls as the base grows: more close competitors).
+SCREEN_MARGIN = 0.01
 
 
 @dataclass
@@ -80,16 +88,18 @@ def cheapest(trials, target: float, max_latency=None) -> Trial | None:
 
 
 class _Walk:
-    def __init__(self, engine, target, max_latency, log):
+    def __init__(self, engine, target, max_latency, log, *, screen: bool = False):
         self.e = engine
         self.target = float(target)
         self.max_latency = max_latency
         self.log = log
+        self.screen = screen
         self.trials: list[Trial] = []
         self.ivf = engine.kind == "ivf"
         self._probe_visit: dict = {}
 
     def run(self, point, oversample, visit, phase) -> Measurement:
+        phase = "screen" if self.screen else phase
         m = self.e.measure(point, oversample, visit)
         o = oversample if point.store else None
         if not any(t.point == point and t.oversample == o and t.visit == visit
@@ -97,8 +107,13 @@ class _Walk:
             self.trials.append(Trial(point, o, visit, m, self.e.bytes_per_vector(point), phase))
         return m
 
+    def score(self, m) -> float:
+        """The recall compared with the target: the lower bound (the mean when screening,
+        less :data:`SCREEN_MARGIN`: a screen only drops points that miss clearly)."""
+        return m.recall + SCREEN_MARGIN if self.screen else m.recall_low
+
     def ok(self, m) -> bool:
-        return m.recall_low >= self.target
+        return self.score(m) >= self.target
 
     # -- IVF visit budgets ------------------------------------------------------------------
     def _depth(self, point, oversample) -> int:
@@ -128,9 +143,12 @@ class _Walk:
         m = self.run(point, o, v, "probe")
         if self.ok(m):
             return True, v
-        left_out = 1.0 - self.e.coverage(v, self._depth(point, o)).mean()
-        if v < VISITS[-1] and m.recall_low + left_out >= self.target:
-            v = VISITS[-1]
+        depth = self._depth(point, o)
+        left_out = 1.0 - self.e.coverage(v, depth).mean()
+        if v < VISITS[-1] and self.score(m) + left_out >= self.target:
+            # The budget left out enough neighbours to matter: try one that holds 99.9%.
+            v = next((x for x in VISITS if x > v and self.e.coverage(x, depth).mean() >= 0.999),
+                     VISITS[-1])  # fmt: skip
             if self.ok(self.run(point, o, v, "probe")):
                 return True, v
         return False, None
@@ -194,12 +212,16 @@ class _Walk:
         return best
 
 
-def smart_search(engine, points, target, *, max_bytes=None, max_latency=None, log=print):
+def smart_search(engine, points, target, *, max_bytes=None, max_latency=None, log=print,
+                 screen=None):  # fmt: skip
     """The cheapest point meeting the target, walking groups of equal bytes upwards.
 
+    ``screen``: an engine over a subsample of the base; a point is probed on the full base
+    only when its probe on the subsample does not miss the target clearly.
     Returns ``(trials, chosen trial or None)``.
     """
     walk = _Walk(engine, target, max_latency, log)
+    sieve = None if screen is None else _Walk(screen, target, max_latency, log, screen=True)
     by_bytes: dict = {}
     for p in points:
         b = round(engine.bytes_per_vector(p), 1)
@@ -208,6 +230,8 @@ def smart_search(engine, points, target, *, max_bytes=None, max_latency=None, lo
     for b in sorted(by_bytes):
         passed = []
         for p in by_bytes[b]:
+            if sieve is not None and not sieve.probe(p)[0]:
+                continue
             ok, top_visit = walk.probe(p)
             if ok:
                 probe = engine.measure(p, OVERSAMPLES[-1], top_visit)
@@ -232,8 +256,14 @@ def smart_search(engine, points, target, *, max_bytes=None, max_latency=None, lo
         if ok:
             chosen = min(ok, key=lambda t: t.m.latency_ms)
             chosen.chosen = True
-            return walk.trials, chosen
-    return walk.trials, None
+            return _with_screen(walk, sieve), chosen
+    return _with_screen(walk, sieve), None
+
+
+def _with_screen(walk, sieve) -> list:
+    """``(engine, trial)`` pairs: the screen's trials (on the subsample) first."""
+    out = [] if sieve is None else [(sieve.e, t) for t in sieve.trials]
+    return out + [(walk.e, t) for t in walk.trials]
 
 
 def grid_search(engine, points, target, *, max_bytes=None, max_latency=None, log=print):
@@ -251,4 +281,4 @@ def grid_search(engine, points, target, *, max_bytes=None, max_latency=None, log
     best = cheapest(trials, target, max_latency)
     if best is not None:
         best.chosen = True
-    return trials, best
+    return [(engine, t) for t in trials], best
