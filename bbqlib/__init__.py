@@ -20,6 +20,8 @@ from .quantizers import (
     ScalarQuantizer,
 )
 from .similarity import Similarity
+from .threads import get_num_threads, set_num_threads, thread_limit
+from .warmup import warmup
 
 __all__ = [
     "BBQQuantizer",
@@ -35,10 +37,14 @@ __all__ = [
     "ScalarQuantizer",
     "Similarity",
     "UnsupportedFormatError",
+    "calibrate",
     "encoding_from_wire",
     "get_encoding",
-    "calibrate",
+    "get_num_threads",
     "load",
+    "set_num_threads",
     "sizing",
+    "thread_limit",
+    "warmup",
     "__version__",
 ]

@@ -1,40 +1,55 @@
-"""Command line: ``python -m bbqlib demo``, ``eval`` and ``calibrate``.
+"""Command line: ``python -m bbqlib demo``, ``eval``, ``calibrate`` and ``ann-benchmarks-plugin``.
 
 ``demo`` runs on the sample bundled in the package (4,000 Debian package descriptions embedded
-with all-MiniLM-L6-v2, 200 held-out queries); ``eval`` runs the same table on your vectors.
+with all-MiniLM-L6-v2, 200 held-out queries); ``eval`` runs the same table on your vectors;
+``calibrate`` finds the cheapest configuration that meets a recall target on your vectors;
+``ann-benchmarks-plugin HARNESS_DIR`` installs bbqlib into an ann-benchmarks checkout.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
-from importlib import resources
+from pathlib import Path
 
 import numpy as np
 
+from ._version import __version__
+from .adapters import ann_benchmarks_plugin
 from .analysis.ground_truth import exact_knn
 from .analysis.recall import recall_at_k
+from .datasets import load_demo_sample
+from .encoding import get_encoding
 from .index import FlatIndex
 from .io.vectors import read_vectors
 from .similarity import resolve_similarity
 
-__all__ = ["main", "load_demo_sample", "evaluate"]
+__all__ = ["main", "load_demo_sample", "evaluate", "format_table"]
 
 DEFAULT_BITS = (1, 2, 4, 7)
+#: Timed runs per measurement; the table reports their median.
+DEFAULT_REPEATS = 5
+
+#: Printed under every table: what the size columns count and how the timings were taken.
+TABLE_NOTES = """\
+B/vec codes: packed codes + corrections, what the quantized scan reads; compression is
+  float32 size / that. B/vec +floats: what this index holds, the codes plus the float32
+  vectors kept for the exact rerank (FlatIndex(store_vectors=False) keeps the codes only and
+  searches with rerank=False).
+QPS: all queries in one batch, median of {repeats} timed runs after a warm-up (raw and rerank
+  interleaved). encode s: fit + encode of all vectors, median of {encode_repeats} runs after a
+  warm-up on a slice (numba compilation and cache loading excluded)."""
 
 
-def load_demo_sample() -> dict:
-    """The bundled sample: float32 ``base`` [4000, 384], ``queries`` [200, 384] and texts."""
-    with resources.files("bbqlib").joinpath("data/demo_sample.npz").open("rb") as f:
-        z = np.load(f)
-        return {
-            "base": z["base"].astype(np.float32),
-            "queries": z["queries"].astype(np.float32),
-            "base_texts": z["base_texts"],
-            "query_texts": z["query_texts"],
-            "source": str(z["source"]),
-        }
+def _median_seconds(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def evaluate(
@@ -46,43 +61,89 @@ def evaluate(
     k: int = 10,
     gt_ids: np.ndarray | None = None,
     progress: bool = True,
+    repeats: int = DEFAULT_REPEATS,
+    encode_repeats: int | None = None,
 ) -> tuple[list[dict], dict]:
     """Recall, speed and size of each BBQ encoding on ``base`` / ``queries``.
 
-    Returns the table rows and the built indexes by bits.
+    Parameters
+    ----------
+    base, queries : ndarray, float32 [n, d] and [nq, d]
+        Vectors to index and queries.
+    similarity : str
+        Any name :class:`~bbqlib.Similarity` accepts.
+    bits : sequence of int
+        Doc bit widths, one row each (query bits: Elasticsearch's defaults).
+    k : int
+        Neighbours per query.
+    gt_ids : ndarray, int [nq, >= k], optional
+        True neighbours; computed exactly (:func:`~bbqlib.analysis.exact_knn`) when omitted.
+    progress : bool
+        Show a progress bar.
+    repeats : int
+        Timed search runs per row; QPS is the median. Runs after a warm-up search, raw and
+        reranked searches interleaved.
+    encode_repeats : int, optional
+        Timed builds per row (median); default 3 up to 100,000 vectors, else 1. A warm-up
+        build on a slice runs first, so compilation is not timed.
+
+    Returns
+    -------
+    rows : list of dict
+        One table row per bit width.
+    indexes : dict
+        The built :class:`~bbqlib.FlatIndex` by bit width.
     """
     from tqdm.auto import tqdm
 
     sim = resolve_similarity(similarity)
+    for name, value in (("repeats", repeats), ("encode_repeats", encode_repeats)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be a positive int; got {value!r}")
+    if encode_repeats is None:
+        encode_repeats = 3 if len(base) <= 100_000 else 1
     if gt_ids is None:
         metric = "l2" if sim.is_distance else ("cosine" if sim.value == "cosine" else "ip")
-        gt_ids, _ = exact_knn(base, queries, k, metric=metric)
+        _, gt_ids = exact_knn(base, queries, k, metric=metric, scores_first=True)
+    d = base.shape[1]
     rows, indexes = [], {}
     for b in tqdm(bits, desc="encodings", disable=not progress, leave=False):
-        index = FlatIndex(bits=b, similarity=sim.value)
-        t0 = time.perf_counter()
-        index.add(base)
-        build = time.perf_counter() - t0
-        index.search(queries[:2], k)  # warm-up: loads cached kernels
-        t0 = time.perf_counter()
-        _, raw_ids = index.search(queries, k, rerank=False)
-        raw_time = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        _, ids = index.search(queries, k)
-        rerank_time = time.perf_counter() - t0
+        # Warm-up build: compiles (or loads from numba's cache) the fit and encode kernels.
+        FlatIndex(bits=b, similarity=sim.value).add(base[: min(len(base), 256)])
+        built = []
+
+        def build(b=b, built=built):
+            built.append(FlatIndex(bits=b, similarity=sim.value))
+            built[-1].add(base)
+
+        encode_s = _median_seconds(build, encode_repeats)
+        index = built[-1]
+        # Warm-up searches: kernels, the scan's block layout, the rerank path.
+        index.search(queries[:2], k, rerank=False)
+        index.search(queries[:2], k)
+        raw_times, rerank_times = [], []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            _, raw_ids = index.search(queries, k, rerank=False)
+            raw_times.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            _, ids = index.search(queries, k)
+            rerank_times.append(time.perf_counter() - t0)
         enc = index.quantizer.encoding_
-        bpv = index.bytes_per_vector
+        codes = index.bytes_per_vector
+        held = codes + (4 * d if index.store_vectors else 0)
         rows.append(
             {
                 "encoding": f"{b}-bit docs x {enc.query_bits}-bit queries",
-                "bytes/vector": bpv,
-                "compression": f"{4 * base.shape[1] / bpv:.1f}x",
+                "B/vec codes": codes,
+                "compression": f"{4 * d / codes:.1f}x",
+                "B/vec +floats": held,
                 f"recall@{k} raw": f"{recall_at_k(raw_ids, gt_ids, k):.3f}",
                 f"recall@{k} rerank": f"{recall_at_k(ids, gt_ids, k):.3f}",
                 "oversample": enc.default_oversample,
-                "QPS raw": f"{len(queries) / raw_time:,.0f}",
-                "QPS rerank": f"{len(queries) / rerank_time:,.0f}",
-                "encode s": f"{build:.2f}",
+                "QPS raw": f"{len(queries) / statistics.median(raw_times):,.0f}",
+                "QPS rerank": f"{len(queries) / statistics.median(rerank_times):,.0f}",
+                "encode s": f"{encode_s:.3f}",
             }
         )
         indexes[b] = index
@@ -102,24 +163,76 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join([line, sep, *body])
 
 
+def _cosines(vectors: np.ndarray, query: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Exact cosine of ``query`` with ``vectors[ids]`` (float64), whatever scores search returns."""
+    x = np.asarray(vectors[ids], dtype=np.float64)
+    q = np.asarray(query, dtype=np.float64).ravel()
+    return (x @ q) / (np.linalg.norm(x, axis=1) * np.linalg.norm(q))
+
+
 def _demo(args) -> int:
     sample = load_demo_sample()
     base, queries = sample["base"], sample["queries"]
-    print(f"bbqlib demo: {sample['source']}")
+    print(f"bbqlib {__version__} demo: {sample['source']}")
     print(f"{len(base)} vectors x {base.shape[1]} dims, {len(queries)} held-out queries, cosine\n")
-    rows, indexes = evaluate(base, queries, similarity="cosine", k=10, progress=not args.quiet)
+    rows, indexes = evaluate(
+        base, queries, similarity="cosine", k=10, progress=not args.quiet, repeats=args.repeats
+    )
     print(format_table(rows))
+    print(TABLE_NOTES.format(repeats=args.repeats, encode_repeats=3))
     index = indexes[1]
-    print("\nExample neighbours (1-bit BBQ, default 3x oversample + rerank):")
+    print("\nExample neighbours (1-bit BBQ, default 3x oversample + rerank), with their cosine:")
     for qi in (0, 2, 7):
-        scores, ids = index.search(queries[qi], k=3)
+        _, ids = index.search(queries[qi], k=3)
         print(f"\n  query: {sample['query_texts'][qi]}")
-        for s, i in zip(scores[0], ids[0], strict=True):
-            print(f"    {s:.3f}  {sample['base_texts'][i]}")
+        for c, i in zip(_cosines(base, queries[qi], ids[0]), ids[0], strict=True):
+            print(f"    cos {c:.3f}  {sample['base_texts'][i]}")
     return 0
 
 
+def _bits_arg(text: str) -> tuple[int, ...]:
+    """``--bits``: comma-separated doc bit widths the encoding table has."""
+    try:
+        bits = tuple(int(b) for b in text.split(","))
+        for b in bits:
+            get_encoding(b)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r}: {err}") from None
+    return bits
+
+
+def _similarity_arg(text: str) -> str:
+    try:
+        return resolve_similarity(text).value
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _int_at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}")
+        return value
+
+    return parse
+
+
+_positive_int = _int_at_least(1)
+
+
+def _existing_file(text: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {text}")
+    return path
+
+
 def _eval(args) -> int:
+    # Every argument was checked by the parser (types above) before any data is read.
     base = np.asarray(read_vectors(args.data), dtype=np.float32)
     queries = np.asarray(read_vectors(args.queries), dtype=np.float32)
     if args.max_queries:
@@ -127,10 +240,20 @@ def _eval(args) -> int:
     gt = None
     if args.gt:
         gt = np.asarray(read_vectors(args.gt))[: len(queries)]
-    bits = tuple(int(b) for b in args.bits.split(","))
     print(f"{len(base)} vectors x {base.shape[1]} dims, {len(queries)} queries, {args.similarity}")
-    rows, _ = evaluate(base, queries, similarity=args.similarity, bits=bits, k=args.k, gt_ids=gt)
+    encode_repeats = 3 if len(base) <= 100_000 else 1
+    rows, _ = evaluate(
+        base,
+        queries,
+        similarity=args.similarity,
+        bits=args.bits,
+        k=args.k,
+        gt_ids=gt,
+        repeats=args.repeats,
+        encode_repeats=encode_repeats,
+    )
     print(format_table(rows))
+    print(TABLE_NOTES.format(repeats=args.repeats, encode_repeats=encode_repeats))
     return 0
 
 
@@ -149,33 +272,79 @@ def _calibrate(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="bbqlib", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="bbqlib",
+        description="BBQ, RaBitQ and int8 vector quantization: recall, speed and size tables.",
+    )
+    parser.add_argument("--version", action="version", version=f"bbqlib {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="recall / speed / size table on the bundled sample")
+    demo = sub.add_parser(
+        "demo",
+        help="recall / speed / size table on the bundled sample",
+        description="Recall, speed and size of each BBQ encoding on the bundled sample "
+        "(4,000 Debian package descriptions, MiniLM-384), then example neighbours.",
+    )
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
-    ev = sub.add_parser("eval", help="the same table on your own vectors")
-    ev.add_argument("--data", required=True, help="base vectors (.npy, .fvecs, .fbin)")
-    ev.add_argument("--queries", required=True, help="query vectors (.npy, .fvecs, .fbin)")
-    ev.add_argument("--gt", help="ground-truth ids (.npy/.ivecs); exact search if omitted")
-    ev.add_argument("--similarity", default="cosine", help="cosine, dot_product, euclidean, mip")
-    ev.add_argument("--bits", default="1,2,4,7", help="comma-separated doc bit widths")
-    ev.add_argument("--k", type=int, default=10)
-    ev.add_argument("--max-queries", type=int, default=0, help="use only the first N queries")
-    cal = sub.add_parser("calibrate", help="the cheapest configuration meeting a recall target")
-    cal.add_argument("--data", required=True, help="base vectors (.npy, .fvecs, .fbin)")
-    cal.add_argument("--queries", help="held-out queries (default: 200 sampled from --data)")
-    cal.add_argument("--similarity", default="cosine", help="cosine, dot_product, euclidean, mip")
-    cal.add_argument("--target-recall", type=float, default=0.95)
-    cal.add_argument("--k", type=int, default=10)
+    demo.add_argument(
+        "--repeats", type=_positive_int, default=DEFAULT_REPEATS, help="timed runs (median)"
+    )
+    ev = sub.add_parser(
+        "eval",
+        help="the same table on your own vectors",
+        description="Recall, speed and size of each BBQ encoding on your vectors "
+        "(.npy, .fvecs, .fbin; ground truth computed exactly unless --gt is given).",
+    )
+    ev.add_argument("--data", required=True, type=_existing_file, help="base vectors")
+    ev.add_argument("--queries", required=True, type=_existing_file, help="query vectors")
+    ev.add_argument(
+        "--gt", type=_existing_file, help="ground-truth ids (.npy, .ivecs); exact if omitted"
+    )
+    ev.add_argument(
+        "--similarity",
+        default="cosine",
+        type=_similarity_arg,
+        help="cosine, dot_product, euclidean or max_inner_product (aliases: ip, l2, mip)",
+    )
+    ev.add_argument(
+        "--bits", default=DEFAULT_BITS, type=_bits_arg, help="comma-separated doc bit widths"
+    )
+    ev.add_argument("--k", type=_positive_int, default=10, help="neighbours per query")
+    ev.add_argument(
+        "--max-queries", type=_int_at_least(0), default=0, help="use only the first N queries"
+    )
+    ev.add_argument(
+        "--repeats", type=_positive_int, default=DEFAULT_REPEATS, help="timed runs (median)"
+    )
+    cal = sub.add_parser(
+        "calibrate",
+        help="the cheapest configuration meeting a recall target",
+        description="Measure candidate configurations on your vectors and print the cheapest "
+        "(bytes per vector, then latency) whose recall@k lower bound meets the target, as code.",
+    )
+    cal.add_argument("--data", required=True, type=_existing_file, help="base vectors")
+    cal.add_argument(
+        "--queries", type=_existing_file, help="held-out queries (default: 200 sampled from --data)"
+    )
+    cal.add_argument(
+        "--similarity",
+        default="cosine",
+        type=_similarity_arg,
+        help="cosine, dot_product, euclidean or max_inner_product (aliases: ip, l2, mip)",
+    )
+    cal.add_argument("--target-recall", type=float, default=0.95, help="recall@k target")
+    cal.add_argument("--k", type=_positive_int, default=10, help="neighbours per query")
     cal.add_argument("--index", default="flat", choices=("flat", "ivf", "auto"))
-    cal.add_argument("--max-bytes-per-vector", type=float)
-    cal.add_argument("--max-latency-ms", type=float)
-    cal.add_argument("--n", type=int, help="size RAM and disk for this many vectors")
-    cal.add_argument("--seed", type=int, default=0)
+    cal.add_argument("--max-bytes-per-vector", type=float, help="bytes each vector may add")
+    cal.add_argument("--max-latency-ms", type=float, help="single-thread ms per query")
+    cal.add_argument("--n", type=_positive_int, help="size RAM and disk for this many vectors")
+    cal.add_argument("--seed", type=_int_at_least(0), default=0)
     cal.add_argument("--quiet", action="store_true", help="no progress lines")
+    ann_benchmarks_plugin.add_subcommand(sub)
     args = parser.parse_args(argv)
     commands = {"demo": _demo, "eval": _eval, "calibrate": _calibrate}
     try:
+        if hasattr(args, "func"):
+            return args.func(args)
         return commands[args.command](args)
     except (ValueError, TypeError, FileNotFoundError) as err:
         print(f"bbqlib: error: {err}", file=sys.stderr)

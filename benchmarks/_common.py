@@ -203,7 +203,7 @@ def synthetic_gaussian(
     if k_gt:
         from bbqlib.analysis.ground_truth import exact_knn
 
-        gt_ids, gt_scores = exact_knn(base, queries, k_gt, metric)
+        gt_scores, gt_ids = exact_knn(base, queries, k_gt, metric, scores_first=True)
     note = (
         f"synthetic isotropic Gaussian, default_rng({seed}), n={n}, d={d}, "
         f"{n_queries} queries, {'unit-normalized' if normalize else 'raw'}"

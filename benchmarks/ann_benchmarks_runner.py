@@ -14,7 +14,7 @@ Usage (from the repository root)::
     python benchmarks/ann_benchmarks_runner.py               # both data sets, ~20 min
     python benchmarks/ann_benchmarks_runner.py --quick       # small smoke run
 
-Writes ``benchmarks/results/ann_benchmarks.md`` and ``ann_benchmarks.png``; the HDF5 files go
+Writes ``benchmarks/results/ann_benchmarks_protocol.md`` and ``.png``; the HDF5 files go
 to ``--workdir`` (default: a ``bbqlib-ann-benchmarks`` folder in the temp directory).
 """
 
@@ -248,6 +248,8 @@ def run_dataset(path: Path, runs: int, quick: bool, build_threads: int):
     points, builds = [], []
     for label, make, groups in algorithms(metric, quick):
         algo = make()
+        if hasattr(algo, "batch_threads"):  # bbqlib's wrappers batch on every thread by default
+            algo.batch_threads = 1
         with _common.threads(build_threads):
             t0 = time.perf_counter()
             try:
@@ -354,7 +356,7 @@ def main(argv=None) -> int:
     for name in args.datasets:
         path = write_dataset(name, DATASETS[name], args.queries, workdir)
         results[name] = run_dataset(path, args.runs, args.quick, args.build_threads)
-    png = out / "ann_benchmarks.png"
+    png = out / "ann_benchmarks_protocol.png"
     plot(results, png)
     tables = []
     for name, (metric, n, nq, points, builds) in results.items():
@@ -402,7 +404,7 @@ def main(argv=None) -> int:
     ]
     cmd = "python benchmarks/ann_benchmarks_runner.py" + (" --quick" if args.quick else "")
     md = _common.write_result(
-        out / "ann_benchmarks.md",
+        out / "ann_benchmarks_protocol.md",
         "ann-benchmarks protocol: bbqlib next to faiss, hnswlib and usearch",
         cmd,
         tables,

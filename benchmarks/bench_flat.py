@@ -33,12 +33,14 @@ from bbqlib.analysis import recall_at_k  # noqa: E402
 
 OVERSAMPLES = (1.0, 1.5, 3.0, 5.0)
 BITS = (1, 2, 4, 7)
+#: bbqlib OSQ widths in the recall table (3, 5, 6 and 8 are registry rows since issue 10).
+BBQ_BITS = (1, 2, 3, 4, 5, 6, 7, 8)
 
 
 def recall_table(ds: C.Dataset, k: int = 10) -> list[dict]:
     rows = []
     gt = ds.gt_ids
-    for bits in BITS:
+    for bits in BBQ_BITS:
         index = bbqlib.FlatIndex(bits=bits, similarity=ds.similarity)
         index.add(ds.base)
         row = {

@@ -246,7 +246,7 @@ def prepare_data(n: int, workdir: Path):
         np.save(q_path, Y[n:])
         from bbqlib.analysis.ground_truth import exact_knn
 
-        gt, _ = exact_knn(Y[:n], Y[n:], 10, "ip")
+        _, gt = exact_knn(Y[:n], Y[n:], 10, "ip", scores_first=True)
         np.save(gt_path, np.asarray(gt))
         del Y
         print(f"data generated in {time.perf_counter() - t0:.0f} s", flush=True)

@@ -237,7 +237,7 @@ def main(argv=None) -> int:
         from bbqlib.analysis.ground_truth import exact_knn
 
         ds.base = np.ascontiguousarray(ds.base[:10_000])
-        ds.gt_ids, _ = exact_knn(ds.base, ds.queries, 10, metric="ip")
+        _, ds.gt_ids = exact_knn(ds.base, ds.queries, 10, metric="ip", scores_first=True)
         base_path = None
         ef_sweep = (32, 128)
         args.repeats = 1

@@ -528,6 +528,36 @@ def faiss_ivf_sq(
     return peer
 
 
+def faiss_hnsw_flat(
+    X,
+    similarity: str = "cosine",
+    *,
+    M: int = 16,
+    ef_construction: int = 200,
+    ef: int = 64,
+) -> Peer:
+    """faiss ``IndexHNSWFlat`` on float32 vectors: search parameter ``ef`` (``efSearch``)."""
+    faiss = _require("faiss", "faiss-cpu")
+    sim = _similarity(similarity)
+    X = _prepare(X, sim)
+    d = X.shape[1]
+    index = faiss.IndexHNSWFlat(d, int(M), _faiss_metric(faiss, sim))
+    index.hnsw.efConstruction = int(ef_construction)
+    index.hnsw.efSearch = int(ef)
+    holder = {"index": index}
+
+    def setter(ef=None):
+        if ef is not None:
+            index.hnsw.efSearch = int(ef)
+
+    def label(p):
+        return f"faiss HNSWFlat M{p['M']} efC{p['ef_construction']} ef{p['ef']}"
+
+    params = dict(M=M, ef_construction=ef_construction, ef=ef, rotate=False, seed=None,
+                  _keys=("ef",))  # fmt: skip
+    return _faiss_peer(faiss, label, sim, X, index, holder, 4 * d, params, setter, None)
+
+
 # ----------------------------------------------------------------------------- hnswlib
 def hnswlib_hnsw(
     X,

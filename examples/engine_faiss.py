@@ -16,7 +16,7 @@ from bbqlib.cli import load_demo_sample
 
 sample = load_demo_sample()
 X, Q = sample["base"], sample["queries"]  # unit vectors: inner product = cosine
-gt, _ = exact_knn(X, Q, 10, metric="cosine")
+_, gt = exact_knn(X, Q, 10, metric="cosine", scores_first=True)
 
 # Your existing faiss index (here: IVF-Flat, 32 lists, trained on the data)...
 ivf = faiss.IndexIVFFlat(faiss.IndexFlatIP(X.shape[1]), X.shape[1], 32, faiss.METRIC_INNER_PRODUCT)

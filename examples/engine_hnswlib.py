@@ -12,7 +12,7 @@ from bbqlib.cli import load_demo_sample
 
 sample = load_demo_sample()
 X, Q = sample["base"], sample["queries"]
-gt, _ = exact_knn(X, Q, 10, metric="cosine")
+_, gt = exact_knn(X, Q, 10, metric="cosine", scores_first=True)
 
 index = HnswlibIVFIndex(cluster_size=128, nprobe=8, bits=1, similarity="cosine", M=16)
 index.add(X)  # bbqlib's hierarchical k-means, centroids into an hnswlib graph

@@ -20,7 +20,7 @@ index = USearchIndex(bits=1, similarity="cosine", connectivity=16, expansion_sea
 index.add(X)
 scores, ids = index.search(Q, k=10)
 
-gt, _ = exact_knn(X, Q, 10, metric="cosine")
+_, gt = exact_knn(X, Q, 10, metric="cosine", scores_first=True)
 print(f"recall@10 {recall_at_k(ids, gt, 10):.3f} over {len(Q)} queries")
 per_vector = index.serialized_bytes / len(X)
 print(f"index bytes per vector: {per_vector:.0f} (graph + codes; the float32 vector is 1536)")

@@ -56,9 +56,18 @@ def shared_data() -> Path:
 
 
 @pytest.fixture
-def numba_threads():
-    """``numba_threads(n)`` sets numba's thread count; restored after the test."""
+def numba_threads(monkeypatch):
+    """``numba_threads(n)`` sets numba's thread count; restored after the test.
+
+    The kernels' minimum work per thread is switched off meanwhile, and multi-threaded
+    variants are compiled at their first call, so that the small inputs of a test really run
+    on ``n`` threads (``bbqlib._kernels.policy.WORK_SCALE``, ``COMPILE_PARALLEL_AFTER``).
+    """
+    from bbqlib._kernels import policy
+
     before = numba.get_num_threads()
+    monkeypatch.setattr(policy, "WORK_SCALE", 0.0)
+    monkeypatch.setattr(policy, "COMPILE_PARALLEL_AFTER", 0.0)
 
     def set_threads(n: int) -> int:
         n = min(n, numba.config.NUMBA_NUM_THREADS)

@@ -1,4 +1,8 @@
-"""Engine adapters (issue 6): usearch HNSW over BBQ codes, faiss / hnswlib routing, BaseANN."""
+"""Engine adapters (issue 6): usearch HNSW over BBQ codes, faiss / hnswlib routing.
+
+The ann-benchmarks wrappers are tested in test_ann_benchmarks_plugin.py (and in the real
+harness by test_ann_benchmarks_harness.py).
+"""
 
 from __future__ import annotations
 
@@ -276,55 +280,3 @@ def test_hnswlib_ivf_given_centroids():
         HnswlibIVFIndex(centroids=C[:, :5]).add(X)
     with pytest.raises(ValueError, match="cluster_size"):
         HnswlibIVFIndex(cluster_size=0)
-
-
-# ----------------------------------------------------------------------------- ann-benchmarks
-def test_ann_benchmarks_flat_wrapper():
-    from bbqlib.adapters.ann_benchmarks import BBQFlat, similarity_for_metric
-
-    X, Q = _clustered(800, 24, seed=15)
-    algo = BBQFlat("euclidean", 2)
-    algo.fit(X)
-    algo.set_query_arguments(3)
-    assert str(algo) == "BBQFlat(bits=2, oversample=3)"
-    one = algo.query(Q[0], 10)
-    assert one.dtype == np.int64 and one.shape == (10,)
-    algo.batch_query(Q, 10)
-    res = algo.get_batch_results()
-    assert len(res) == len(Q) and np.array_equal(res[0], one)
-    assert _recall(np.stack(res), _truth(X, Q, "euclidean", 10)) >= 0.9
-    assert algo.get_memory_usage() == 800 * algo.index.bytes_per_vector / 1024
-    assert algo.get_additional()["index_bytes_per_vector"] == algo.index.bytes_per_vector
-    assert len(algo.query(Q[0], 2000)) == 800  # fewer than n: padding dropped
-    algo.done()
-    assert similarity_for_metric("angular") == "cosine"
-    with pytest.raises(ValueError, match="metric"):
-        BBQFlat("hamming")
-
-
-@pytest.mark.slow  # mostly the IVF index's own kernels compiling on a cold cache
-def test_ann_benchmarks_ivf_wrapper():
-    pytest.importorskip("bbqlib.index.ivf")
-    from bbqlib.adapters.ann_benchmarks import BBQIVF
-
-    X, Q = _clustered(2000, 32, seed=16)
-    algo = BBQIVF("angular", 1, 128)
-    algo.fit(X)
-    algo.set_query_arguments(50)
-    algo.batch_query(Q, 10)
-    assert _recall(np.stack(algo.get_batch_results()), _truth(X, Q, "cosine", 10)) >= 0.8
-    assert "visit=50" in str(algo) and algo.get_memory_usage() > 0
-
-
-def test_ann_benchmarks_usearch_wrapper():
-    pytest.importorskip("usearch")
-    from bbqlib.adapters.ann_benchmarks import BBQUSearch
-
-    X, Q = _clustered(1000, 32, seed=17)
-    algo = BBQUSearch("angular", 1)
-    algo.fit(X)
-    algo.set_query_arguments(64, 5)
-    assert "ef=64" in str(algo)
-    algo.batch_query(Q, 10)
-    assert _recall(np.stack(algo.get_batch_results()), _truth(X, Q, "cosine", 10)) >= 0.9
-    assert algo.get_memory_usage() == algo.index.serialized_bytes / 1024

@@ -329,7 +329,8 @@ def test_ann_benchmarks_round_trip(tmp_path):
 
 
 def test_reads_file_written_like_ann_benchmarks(tmp_path):
-    """A file made the way ann_benchmarks/datasets.py writes it (float64 train, bytes attrs)."""
+    """A file made the way ann_benchmarks/datasets.py writes it: int64 neighbours and float64
+    distances (``dtype=int`` / ``float`` in write_output), here a float64 train, bytes attrs."""
     h5py = pytest.importorskip("h5py", reason="h5py (bbqlib[hdf5]) is not installed")
     train, test, neighbors, distances = _ann_arrays(seed=1)
     path = tmp_path / "toy-9-angular.hdf5"
@@ -338,10 +339,11 @@ def test_reads_file_written_like_ann_benchmarks(tmp_path):
         f.attrs["point_type"] = "float"
         f.create_dataset("train", (len(train), 9), dtype=np.float64)[:] = train
         f.create_dataset("test", (len(test), 9), dtype=np.float64)[:] = test
-        f.create_dataset("neighbors", (len(test), 10), dtype="i")[:] = neighbors
-        f.create_dataset("distances", (len(test), 10), dtype="f")[:] = distances
+        f.create_dataset("neighbors", (len(test), 10), dtype=int)[:] = neighbors
+        f.create_dataset("distances", (len(test), 10), dtype=float)[:] = distances
     ds = read_ann_benchmarks(path)
     assert ds.train.dtype == np.float64
+    assert ds.neighbors.dtype == np.int64 and ds.distances.dtype == np.float64
     np.testing.assert_array_equal(ds.train, train)
     np.testing.assert_array_equal(ds.neighbors, neighbors)
     assert read_ann_benchmarks_metric(path) == "angular"

@@ -54,7 +54,7 @@ def recall(ids, gt, k):
 def data():
     X = blobs(6000, 48, seed=1)
     Q = blobs(60, 48, seed=2)
-    gt, _ = exact_knn(X, Q, 10, "ip")
+    _, gt = exact_knn(X, Q, 10, "ip", scores_first=True)
     return X, Q, gt
 
 
@@ -434,7 +434,7 @@ def test_other_similarities(similarity, bits, make_vectors):
     X = make_vectors(3000, 24, kind, seed=3)
     Q = make_vectors(30, 24, kind, seed=4)
     metric = "l2" if similarity == "euclidean" else "ip"
-    gt, _ = exact_knn(X, Q, 10, metric)
+    _, gt = exact_knn(X, Q, 10, metric, scores_first=True)
     index = IVFIndex(bits=bits, similarity=similarity, cluster_size=64)
     index.add(X)
     _, ids = index.search(Q, 10, visit_percentage=50)
@@ -452,7 +452,7 @@ def test_filter(built, data):
     s2, i2 = built.search(Q, 10, filter=allowed_ids)
     np.testing.assert_array_equal(i1, i2)
     assert np.isin(i1, allowed_ids).all() and (i1 >= 0).all()  # kept visiting: 10 found
-    gt, _ = exact_knn(X[allowed_ids], Q, 10, "ip")
+    _, gt = exact_knn(X[allowed_ids], Q, 10, "ip", scores_first=True)
     assert recall(i1, allowed_ids[gt], 10) >= 0.9
     with pytest.raises(ValueError, match="shape"):
         built.search(Q, filter=np.ones(5, bool))

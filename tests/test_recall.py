@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -124,7 +125,7 @@ def test_ties_agree_with_ann_benchmarks_rule():
     base = rng.integers(0, 4, size=(200, 3)).astype(np.float32)  # many exact ties
     queries = rng.integers(0, 4, size=(20, 3)).astype(np.float32)
     k = 10
-    gt_ids, gt_d = exact_knn(base, queries, 100, "l2")
+    gt_d, gt_ids = exact_knn(base, queries, 100, "l2", scores_first=True)
     # Five true neighbours, then five other distinct ids (ann-benchmarks would count repeats).
     found = np.array(
         [np.r_[g[3:8], rng.permutation(np.setdiff1d(np.arange(200), g[3:8]))[:5]] for g in gt_ids]
@@ -215,7 +216,7 @@ def test_exact_knn_matches_naive(metric, d):
     base = rng.standard_normal((150, d)).astype(np.float32)
     queries = rng.standard_normal((13, d)).astype(np.float32)
     ref_ids, ref_scores = naive_knn(base, queries, 12, metric)
-    ids, scores = exact_knn(base, queries, 12, metric, block=40, query_block=5)
+    scores, ids = exact_knn(base, queries, 12, metric, block=40, query_block=5, scores_first=True)
     assert ids.dtype == np.int64 and scores.dtype == np.float64
     np.testing.assert_array_equal(ids, ref_ids)
     np.testing.assert_allclose(scores, ref_scores, rtol=1e-12, atol=1e-12 * d)
@@ -229,14 +230,14 @@ def test_exact_knn_breaks_ties_by_lower_id_across_blocks(metric):
     queries = rng.integers(-3, 4, size=(6, 4)).astype(np.float32)
     ref_ids, _ = naive_knn(base, queries, 25, metric)
     for block in (7, 16, 1000):
-        ids, _ = exact_knn(base, queries, 25, metric, block=block, query_block=4)
+        _, ids = exact_knn(base, queries, 25, metric, block=block, query_block=4, scores_first=True)
         np.testing.assert_array_equal(ids, ref_ids)
 
 
 def test_exact_knn_k_equals_n_and_float16_input():
     rng = np.random.default_rng(1)
     base = rng.standard_normal((9, 5)).astype(np.float16)
-    ids, _ = exact_knn(base, base[:2], 9, "l2", block=4)
+    _, ids = exact_knn(base, base[:2], 9, "l2", block=4, scores_first=True)
     assert sorted(ids[0].tolist()) == list(range(9))
     assert ids[0, 0] == 0 and ids[1, 0] == 1
 
@@ -246,7 +247,7 @@ def test_exact_knn_does_not_modify_inputs():
     base = rng.standard_normal((20, 3)).astype(np.float32)
     queries = rng.standard_normal((4, 3)).astype(np.float32)
     b, q = base.copy(), queries.copy()
-    exact_knn(base, queries, 5, "cosine")
+    exact_knn(base, queries, 5, "cosine", scores_first=True)
     np.testing.assert_array_equal(base, b)
     np.testing.assert_array_equal(queries, q)
 
@@ -264,7 +265,7 @@ def test_exact_knn_does_not_modify_inputs():
 )
 def test_exact_knn_errors(args, kwargs, error, match):
     with pytest.raises(error, match=match):
-        exact_knn(*args, **kwargs)
+        exact_knn(*args, **kwargs, scores_first=True)
 
 
 @pytest.mark.shared_data
@@ -281,8 +282,26 @@ def test_exact_knn_reproduces_shared_ground_truth(name, metric, ids_file, scores
     queries = np.load(folder / "queries.npy")[:50]
     gt = np.load(folder / f"{ids_file}.npy")[:50]
     gt_scores = np.load(folder / f"{scores_file}.npy")[:50]
-    ids, scores = exact_knn(base, queries, gt.shape[1], metric)
+    scores, ids = exact_knn(base, queries, gt.shape[1], metric, scores_first=True)
     np.testing.assert_array_equal(ids, gt)
     # The files store float32: rounding our float64 scores must give the same numbers.
     np.testing.assert_array_equal(scores.astype(np.float32), gt_scores)
     assert recall_at_k(ids, gt, 10) == 1.0
+
+
+def test_exact_knn_order_deprecation():
+    """(ids, scores) is deprecated: the default warns, scores_first picks the order silently."""
+    rng = np.random.default_rng(4)
+    base = rng.standard_normal((30, 5)).astype(np.float32)
+    queries = rng.standard_normal((3, 5)).astype(np.float32)
+    with pytest.warns(FutureWarning, match="scores_first=True"):
+        old_ids, old_scores = exact_knn(base, queries, 4, "ip")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scores, ids = exact_knn(base, queries, 4, "ip", scores_first=True)
+        kept_ids, kept_scores = exact_knn(base, queries, 4, "ip", scores_first=False)
+    assert ids.dtype == np.int64 and scores.dtype == np.float64
+    for a, b in ((old_ids, ids), (kept_ids, ids), (old_scores, scores), (kept_scores, scores)):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(TypeError, match="scores_first"):
+        exact_knn(base, queries, 4, "ip", scores_first="yes")

@@ -12,7 +12,7 @@ import pytest
 from reference.rerank import exact_candidates as reference_candidates
 from reference.rerank import exact_terms
 
-from bbqlib._kernels.rerank import COSINE, exact_candidates, exact_candidates_serial
+from bbqlib._kernels.rerank import COSINE, exact_candidates
 from bbqlib.scoring import exact_values
 
 
@@ -230,7 +230,7 @@ def test_serial_twin_and_cosine_mode(mode):
     par = np.empty(cand.shape)
     ser = np.empty(cand.shape)
     exact_candidates(Q, V, cand, mode, par)
-    exact_candidates_serial(Q, V, cand, mode, ser)
+    exact_candidates(Q, V, cand, mode, ser, parallel=False)
     np.testing.assert_array_equal(_bits(par), _bits(ser))
     if mode == COSINE:
         v = V.astype(np.float64)

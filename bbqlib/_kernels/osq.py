@@ -1,9 +1,10 @@
 """Optimized scalar quantization (OSQ) of a batch of vectors, one row per thread.
 
-Lucene/Elasticsearch's ``OptimizedScalarQuantizer``: an initial interval from the row's mean
-and standard deviation, then up to ``iters`` closed-form coordinate-descent steps on the
-anisotropic loss, then Java-style round-half-up codes. The NumPy reference is
-``tests/reference/osq.py``; the two agree bit for bit.
+The algorithm of Lucene/Elasticsearch's ``OptimizedScalarQuantizer`` (in bbqlib's float64
+arithmetic, see below): an initial interval from the row's mean and standard deviation, then
+up to ``iters`` closed-form coordinate-descent steps on the anisotropic loss, then Java-style
+round-half-up codes. The NumPy reference is ``tests/reference/osq.py``; the two agree bit for
+bit.
 
 Arithmetic
 ----------
@@ -28,14 +29,20 @@ per pass follows from these and the row constants ``X1 = Σx``, ``X2 = Σx²``
 ``Σ x s = XK / L``, ``Σ x (1-s) = X1 - XK / L``, and with ``x̂_i = a + step·k_i`` the loss
 needs ``Σ x x̂ = a·X1 + step·XK`` and ``Σ x̂² = d·a² + 2·a·step·K1 + step²·K2``.
 
-This is Lucene's arithmetic reassociated. The codes are Lucene's expression (clamp, scale,
-``floor(t + 0.5)``), so an interval gives the same codes; what differs are the last bits of
-the float64 sums (Lucene adds term by term in index order, Elasticsearch in float32 with FMA;
-spec §10). The closed-form loss subtracts from ``‖x‖²``, so its error is a few ulps of
-``‖x‖²`` rather than of the loss: a step that changes the loss by less than that is taken or
-refused by rounding, which moves the interval by a rounding-level amount. Through the float32
-rounding of ``a, b`` this rarely shows: on the shared MiniLM and word-vector sets every code,
-interval and correction is the one of the term-by-term sums, at 1, 2, 4 and 7 bits.
+This is the algorithm's definition in float64, reassociated: the codes follow the spec's
+expression (clamp, scale, ``floor(t + 0.5)``); what the reassociation changes are the last
+bits of the float64 sums. The closed-form loss subtracts from ``‖x‖²``, so its error is a few
+ulps of ``‖x‖²`` rather than of the loss: a step that changes the loss by less than that is
+taken or refused by rounding, which moves the interval by a rounding-level amount. Through the
+float32 rounding of ``a, b`` this rarely shows: on the shared MiniLM and word-vector sets every
+code, interval and correction is the one of term-by-term float64 sums, at 1, 2, 4 and 7 bits.
+
+It is not Lucene's own arithmetic: Lucene 10.5 sums ``‖x‖²`` and ``<v, c>`` in float32, keeps
+``scale``, the step inverse and the grid constants in float32, and rounds the final codes with
+float32 ``Math.round`` (Elasticsearch uses float32 with FMA; spec §10). Against the Lucene jar
+on the same vectors and centroid the levels agree for all but about 0.2% of vectors and the
+float32 interval ends for about 10-30% (``docs/lucene.md``). :mod:`bbqlib._kernels.osq_lucene`
+is Lucene's arithmetic, bit for bit.
 """
 
 from __future__ import annotations
@@ -326,7 +333,41 @@ def _row_codes(v, c, a, b, levels, out):
     return ksum
 
 
-@parallel_kernel
+@kernel
+def _quantize_range(
+    X, centroid, bits, iters, lam, euclidean, codes, lower, upper, additional, component_sum,
+    r0, r1,
+):  # fmt: skip
+    """Rows ``r0:r1`` of :func:`osq_quantize`.
+
+    A separate (not inlined) function: one compiled body serves the multi-threaded kernel (a
+    call per row) and one-thread calls (all rows), and the parallel compiler only wraps a
+    call, which halves the first compile of ``osq_quantize``.
+    """
+    levels = float((1 << bits) - 1)
+    for r in range(r0, r1):
+        a, b, norm2, cdot = _row_interval(X[r], centroid, bits, iters, lam)
+        component_sum[r] = _row_codes(X[r], centroid, a, b, levels, codes[r])
+        lower[r] = a
+        upper[r] = b
+        additional[r] = norm2 if euclidean else cdot
+
+
+def _quantize_one_thread(*args) -> None:
+    """:func:`osq_quantize` on the calling thread (the body over every row)."""
+    _quantize_range(*args, 0, args[0].shape[0])
+
+
+#: Floats per thread: about 0.5 ms of work each (2.7 ns per float with 5 optimizer steps),
+#: so a query batch of a few hundred rows is quantized on the calling thread.
+QUANTIZE_PER_THREAD = 200_000
+
+
+def _quantize_work(X, centroid, bits, iters, *rest) -> int:
+    return X.size * max(1, iters) // 5
+
+
+@parallel_kernel(work=_quantize_work, min_work=QUANTIZE_PER_THREAD, serial=_quantize_one_thread)
 def osq_quantize(
     X, centroid, bits, iters, lam, euclidean, codes, lower, upper, additional, component_sum
 ):
@@ -339,10 +380,8 @@ def osq_quantize(
     lam : anisotropic weight (0.1); euclidean : additional = ||v-c||² if True else <v, c>
     codes : uint8 [n, d]; lower, upper, additional : float32 [n]; component_sum : int64 [n]
     """
-    levels = float((1 << bits) - 1)
     for r in prange(X.shape[0]):
-        a, b, norm2, cdot = _row_interval(X[r], centroid, bits, iters, lam)
-        component_sum[r] = _row_codes(X[r], centroid, a, b, levels, codes[r])
-        lower[r] = a
-        upper[r] = b
-        additional[r] = norm2 if euclidean else cdot
+        _quantize_range(
+            X, centroid, bits, iters, lam, euclidean, codes, lower, upper, additional,
+            component_sum, r, r + 1,
+        )  # fmt: skip

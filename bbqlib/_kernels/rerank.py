@@ -7,7 +7,7 @@ together. The NumPy twin is ``tests/reference/rerank.py``; the two agree bit for
 
 Candidate rows are random reads, so memory latency, not arithmetic, bounds the loop: a query's
 valid candidates are scored 8 at a time, which keeps 8 rows' loads (and 8 accumulator chains)
-in flight, and the last ``m mod 8`` in groups of 4, 2 and 1. On a Xeon (AVX-512), d = 384,
+in flight; the last group is padded with its last row. On a Xeon (AVX-512), d = 384,
 rows of a 93 MB memory map: ~100 ns per random row, ~33 ns per cached row; 4 rows at a time
 took 1.15x as long, one at a time 2.3x, 16 at a time or software prefetch gained nothing.
 """
@@ -19,10 +19,18 @@ import numpy as np
 from .lanes import lane_dots, lane_sqdists
 from .policy import kernel, parallel_kernel, prange
 
-__all__ = ["exact_candidates", "exact_candidates_serial", "INNER_PRODUCT", "SQUARED_L2", "COSINE"]
+__all__ = [
+    "exact_candidates",
+    "exact_dots",
+    "exact_sqdists",
+    "exact_cosines",
+    "INNER_PRODUCT",
+    "SQUARED_L2",
+    "COSINE",
+]
 
-#: Modes: the inner product, the squared distance, or the inner product over the doc's norm
-#: (cosine against raw docs; the query is unit length already).
+#: Modes of :func:`exact_candidates`: the inner product, the squared distance, or the inner
+#: product over the doc's norm (cosine against raw docs; the query is unit length already).
 INNER_PRODUCT, SQUARED_L2, COSINE = 0, 1, 2
 
 
@@ -33,22 +41,8 @@ def _row(vectors, ids, cols, t):
 
 
 @kernel(inline="always")
-def _score(query, rows, mode, cols, t, out_row):
-    """Values of ``query`` with the tuple ``rows`` into ``out_row[cols[t : t + len(rows)]]``."""
-    if mode == SQUARED_L2:
-        values = lane_sqdists(query, rows)
-    else:
-        values = lane_dots(query, rows)
-    for a in range(len(rows)):
-        v = values[a]
-        if mode == COSINE:
-            v = v / np.sqrt(lane_dots(rows[a], (rows[a],))[0])
-        out_row[cols[t + a]] = v
-
-
-@kernel(inline="always")
-def _one_query(query, vectors, ids, mode, cols, res):
-    """Exact values of one query with its candidate rows ``ids`` (< 0: ``nan``) into ``res``."""
+def _valid_columns(ids, res, cols) -> int:
+    """Columns of the valid candidates (``ids >= 0``) into ``cols``; ``nan`` for the others."""
     m = 0
     for j in range(ids.shape[0]):
         if ids[j] < 0:
@@ -56,55 +50,134 @@ def _one_query(query, vectors, ids, mode, cols, res):
         else:
             cols[m] = j
             m += 1
-    t = 0
-    while t + 8 <= m:
+    return m
+
+
+@kernel(inline="always")
+def _query_rows(query, vectors, ids, cols, res, mode):
+    """Score one query's valid candidates 8 rows at a time (module notes).
+
+    The last group is padded with the last valid row again (its value is computed twice and
+    written once): one 8-row body instead of bodies for 8, 4, 2 and 1 rows, which is what
+    the first compile of this kernel costs. A value does not depend on its group.
+    """
+    m = _valid_columns(ids, res, cols)
+    group = np.empty(8, dtype=np.int64)
+    for t in range(0, m, 8):
+        for a in range(8):
+            group[a] = cols[min(t + a, m - 1)]
         rows = (
-            _row(vectors, ids, cols, t),
-            _row(vectors, ids, cols, t + 1),
-            _row(vectors, ids, cols, t + 2),
-            _row(vectors, ids, cols, t + 3),
-            _row(vectors, ids, cols, t + 4),
-            _row(vectors, ids, cols, t + 5),
-            _row(vectors, ids, cols, t + 6),
-            _row(vectors, ids, cols, t + 7),
+            _row(vectors, ids, group, 0),
+            _row(vectors, ids, group, 1),
+            _row(vectors, ids, group, 2),
+            _row(vectors, ids, group, 3),
+            _row(vectors, ids, group, 4),
+            _row(vectors, ids, group, 5),
+            _row(vectors, ids, group, 6),
+            _row(vectors, ids, group, 7),
         )
-        _score(query, rows, mode, cols, t, res)
-        t += 8
-    if t + 4 <= m:
-        rows4 = (
-            _row(vectors, ids, cols, t),
-            _row(vectors, ids, cols, t + 1),
-            _row(vectors, ids, cols, t + 2),
-            _row(vectors, ids, cols, t + 3),
-        )
-        _score(query, rows4, mode, cols, t, res)
-        t += 4
-    if t + 2 <= m:
-        rows2 = (_row(vectors, ids, cols, t), _row(vectors, ids, cols, t + 1))
-        _score(query, rows2, mode, cols, t, res)
-        t += 2
-    if t < m:
-        _score(query, (_row(vectors, ids, cols, t),), mode, cols, t, res)
+        values = lane_sqdists(query, rows) if mode == SQUARED_L2 else lane_dots(query, rows)
+        for a in range(min(8, m - t)):
+            v = values[a]
+            if mode == COSINE:
+                v = v / np.sqrt(lane_dots(rows[a], (rows[a],))[0])
+            res[group[a]] = v
 
 
-@parallel_kernel
-def exact_candidates(queries, vectors, cand, mode, out):
-    """Exact raw values of ``queries[q]`` and ``vectors[cand[q, j]]``, float64 lane sums.
+@kernel
+def _dots_range(queries, vectors, cand, valid, out, q0, q1):
+    """Inner products of queries ``q0:q1`` with their candidates (:func:`_query_rows`).
+
+    Not inlined: one compiled body serves the multi-threaded kernel (a call per query) and
+    one-thread calls (all queries), so neither compiles the lane code twice.
+    """
+    for q in range(q0, q1):
+        _query_rows(queries[q], vectors, cand[q], valid[q], out[q], INNER_PRODUCT)
+
+
+@kernel
+def _sqdists_range(queries, vectors, cand, valid, out, q0, q1):
+    """Squared distances of queries ``q0:q1`` to their candidates (:func:`_query_rows`)."""
+    for q in range(q0, q1):
+        _query_rows(queries[q], vectors, cand[q], valid[q], out[q], SQUARED_L2)
+
+
+@kernel
+def _cosines_range(queries, vectors, cand, valid, out, q0, q1):
+    """Cosines of queries ``q0:q1`` (unit length) with their raw candidate rows."""
+    for q in range(q0, q1):
+        _query_rows(queries[q], vectors, cand[q], valid[q], out[q], COSINE)
+
+
+def _cosines_one_thread(queries, vectors, cand, out) -> None:
+    _cosines_range(queries, vectors, cand, np.empty(cand.shape, np.int64), out, 0, cand.shape[0])
+
+
+def _dots_one_thread(queries, vectors, cand, out) -> None:
+    _dots_range(queries, vectors, cand, np.empty(cand.shape, np.int64), out, 0, cand.shape[0])
+
+
+def _sqdists_one_thread(queries, vectors, cand, out) -> None:
+    _sqdists_range(queries, vectors, cand, np.empty(cand.shape, np.int64), out, 0, cand.shape[0])
+
+
+#: Candidate components (candidates x dimension) per thread: about 0.5 ms of work each
+#: (0.1-0.3 ns per component, rows in cache or not).
+RERANK_PER_THREAD = 2_000_000
+
+
+def _rerank_work(queries, vectors, cand, out) -> int:
+    return cand.size * queries.shape[1]
+
+
+@parallel_kernel(work=_rerank_work, min_work=RERANK_PER_THREAD, serial=_dots_one_thread)
+def exact_dots(queries, vectors, cand, out):
+    """Inner products of ``queries[q]`` with ``vectors[cand[q, j]]`` (:func:`exact_candidates`)."""
+    nq, kk = cand.shape
+    valid = np.empty((nq, kk), dtype=np.int64)  # per query, the valid candidates' columns
+    for q in prange(nq):
+        _dots_range(queries, vectors, cand, valid, out, q, q + 1)
+
+
+@parallel_kernel(work=_rerank_work, min_work=RERANK_PER_THREAD, serial=_sqdists_one_thread)
+def exact_sqdists(queries, vectors, cand, out):
+    """Squared distances of ``queries[q]`` to ``vectors[cand[q, j]]`` (:func:`exact_candidates`)."""
+    nq, kk = cand.shape
+    valid = np.empty((nq, kk), dtype=np.int64)
+    for q in prange(nq):
+        _sqdists_range(queries, vectors, cand, valid, out, q, q + 1)
+
+
+@parallel_kernel(work=_rerank_work, min_work=RERANK_PER_THREAD, serial=_cosines_one_thread)
+def exact_cosines(queries, vectors, cand, out):
+    """Cosines of unit ``queries[q]`` with raw ``vectors[cand[q, j]]`` (candidate scorers)."""
+    nq, kk = cand.shape
+    valid = np.empty((nq, kk), dtype=np.int64)
+    for q in prange(nq):
+        _cosines_range(queries, vectors, cand, valid, out, q, q + 1)
+
+
+_BY_MODE = {INNER_PRODUCT: exact_dots, SQUARED_L2: exact_sqdists, COSINE: exact_cosines}
+_ONE_THREAD = {
+    INNER_PRODUCT: _dots_one_thread,
+    SQUARED_L2: _sqdists_one_thread,
+    COSINE: _cosines_one_thread,
+}
+
+
+def exact_candidates(queries, vectors, cand, mode, out, *, parallel: bool = True) -> None:
+    """Exact raw values (d² or ip) of ``queries[q]`` and ``vectors[cand[q, j]]``, float64 sums.
 
     ``queries`` float32 [nq, d] C-contiguous; ``vectors`` float32 or float64 [n, d], any 2-D
     array (a read-only memory map, a view): rows with unit stride are read in place, other
     rows copied. ``cand`` int64 [nq, m]; candidates < 0 (padding) get ``nan``. ``mode``:
-    :data:`INNER_PRODUCT`, :data:`SQUARED_L2` or :data:`COSINE`. Parallel over queries.
+    :data:`INNER_PRODUCT`, :data:`SQUARED_L2` or :data:`COSINE`; ``parallel=False`` runs on
+    the calling thread (one query from a scorer).
+
+    One kernel per mode (:func:`exact_dots`, :func:`exact_sqdists`, :func:`exact_cosines`):
+    a process compiles only the one its index uses.
     """
-    nq, kk = cand.shape
-    valid = np.empty((nq, kk), dtype=np.int64)  # per query, the valid candidates' columns
-    for q in prange(nq):
-        _one_query(queries[q], vectors, cand[q], mode, valid[q], out[q])
-
-
-@kernel
-def exact_candidates_serial(queries, vectors, cand, mode, out):
-    """:func:`exact_candidates` on the calling thread (one query per call, no pool)."""
-    valid = np.empty(cand.shape[1], dtype=np.int64)
-    for q in range(cand.shape[0]):
-        _one_query(queries[q], vectors, cand[q], mode, valid, out[q])
+    if parallel:
+        _BY_MODE[int(mode)](queries, vectors, cand, out)
+    else:
+        _ONE_THREAD[int(mode)](queries, vectors, cand, out)

@@ -5,7 +5,9 @@
 * :mod:`bbqlib.adapters.usearch` — an HNSW graph built by usearch over BBQ codes.
 * :mod:`bbqlib.adapters.faiss`, :mod:`bbqlib.adapters.hnswlib` — faiss / hnswlib routing
   queries to lists of bbqlib codes.
-* :mod:`bbqlib.adapters.ann_benchmarks` — BaseANN-shaped wrappers of bbqlib's indexes.
+* :mod:`bbqlib.adapters.ann_benchmarks` — wrappers of bbqlib's indexes with the interface of
+  ann-benchmarks' ``BaseANN``; :mod:`bbqlib.adapters.ann_benchmarks_plugin` installs them into
+  a harness checkout (``python -m bbqlib ann-benchmarks-plugin HARNESS_DIR``).
 
 The engines are optional: each submodule imports its engine when used and names the pip
 extra when it is missing.

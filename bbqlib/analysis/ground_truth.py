@@ -8,6 +8,8 @@ so a user can make ground truth for their own vectors that agrees with ours.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 __all__ = ["exact_knn"]
@@ -84,6 +86,8 @@ def exact_knn(
     metric: str = "ip",
     block: int = 16_384,
     query_block: int = 256,
+    *,
+    scores_first: bool | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-``k`` neighbours of every query, in float64, ties broken by the lower id.
 
@@ -104,18 +108,26 @@ def exact_knn(
         Base vectors per block; memory is about ``8 * query_block * block`` bytes.
     query_block : int
         Queries per block.
+    scores_first : bool, optional
+        ``True``: return ``(scores, ids)``, the order of every ``search`` in bbqlib (and of
+        faiss). ``False``: the old order ``(ids, scores)``. ``None`` (the default until the
+        change): the old order with a :class:`FutureWarning`; the default becomes ``True`` in
+        bbqlib 0.4 (see the deprecation policy in ``CHANGELOG.md``). Pass ``True`` now.
 
     Returns
     -------
-    ids : ndarray, int64 [nq, k]
-        Base row numbers, best first.
     scores : ndarray, float64 [nq, k]
         Inner products (``ip``), squared distances (``l2``) or cosine similarities
-        (``cosine``) of those rows. The shared data's ``gt_*`` files hold the same ids (as
-        int32) and these scores rounded to float32.
+        (``cosine``) of the neighbours. The shared data's ``gt_*`` files hold these scores
+        rounded to float32.
+    ids : ndarray, int64 [nq, k]
+        Base row numbers, best first (the ``gt_*`` files hold the same ids as int32).
 
     Notes
     -----
+    The tuple is ``(scores, ids)`` with ``scores_first=True`` and ``(ids, scores)`` otherwise
+    (deprecated).
+
     Squared distances are expanded as ``|x|^2 - 2<x, q> + |q|^2`` in float64, which loses
     no ranking information for float32 inputs of ordinary magnitude.
 
@@ -124,10 +136,23 @@ def exact_knn(
     >>> import numpy as np
     >>> from bbqlib.analysis.ground_truth import exact_knn
     >>> X = np.eye(4, dtype=np.float32)
-    >>> ids, scores = exact_knn(X, X[:2] + 0.1, k=2, metric="l2")
+    >>> scores, ids = exact_knn(X, X[:2] + 0.1, k=2, metric="l2", scores_first=True)
     >>> ids.tolist()
     [[0, 1], [1, 0]]
     """
+    if scores_first is None:
+        warnings.warn(
+            "exact_knn returns (ids, scores) by default; from bbqlib 0.4 it returns "
+            "(scores, ids) like every search in bbqlib. Pass scores_first=True to get "
+            "(scores, ids) now, or scores_first=False to keep (ids, scores) and silence "
+            "this warning.",
+            FutureWarning,
+            stacklevel=2,
+        )
+    elif not isinstance(scores_first, (bool, np.bool_)):
+        raise TypeError(
+            f"scores_first must be True, False or None; got {type(scores_first).__name__}."
+        )
     if metric not in _METRICS:
         raise ValueError(
             f"metric must be one of {sorted(_METRICS)}; got {metric!r}. Use 'ip', 'l2' or 'cosine'."
@@ -176,4 +201,6 @@ def exact_knn(
             best_keys, best_ids = _merge_topk(keys, ids, min(k, keys.shape[1]))
         out_ids[q0 : q0 + qb.shape[0]] = best_ids
         out_scores[q0 : q0 + qb.shape[0]] = -best_keys if kind == "l2" else best_keys
+    if scores_first:
+        return out_scores, out_ids
     return out_ids, out_scores

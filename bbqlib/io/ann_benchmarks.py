@@ -2,8 +2,11 @@
 
 Layout (as written by ``ann_benchmarks/datasets.py``, ``write_output``):
 
-- datasets ``train`` [n, d] and ``test`` [m, d] (float), ``neighbors`` [m, k] (int32, the
-  exact top-k train ids of each test vector, best first) and ``distances`` [m, k] (float32);
+- datasets ``train`` [n, d] and ``test`` [m, d] (float, in the dtype given: float32 for the
+  harness's own sets), ``neighbors`` [m, k] (the exact top-k train ids of each test vector,
+  best first) and ``distances`` [m, k]. The harness's current ``write_output`` stores them as
+  int64 and float64 (``dtype=int`` / ``float``); files published by older versions hold
+  int32 / float32, and :func:`write_ann_benchmarks` writes those (half the size); both read;
 - file attributes ``distance`` (``"euclidean"``, ``"angular"`` or ``"dot"`` for float data),
   ``point_type`` (``"float"``), ``dimension`` (d) and ``type`` (``"dense"``).
 
@@ -147,9 +150,11 @@ def write_ann_benchmarks(
         Stored as float32; ``train`` is copied in blocks, so a memory-mapped array larger than
         RAM is fine.
     neighbors : array-like of int, [m, k]
-        Exact top-k ``train`` ids per test vector, best first; stored as int32.
+        Exact top-k ``train`` ids per test vector, best first; stored as int32 (as in the
+        published files; the harness's current ``write_output`` uses int64, read alike).
     distances : array-like, [m, k]
-        Their distances (ann-benchmarks' convention for ``distance``); stored as float32.
+        Their distances (ann-benchmarks' convention for ``distance``); stored as float32
+        (the current ``write_output`` uses float64).
     distance : {"euclidean", "angular", "dot"}
         The metric, stored in the ``distance`` attribute.
 

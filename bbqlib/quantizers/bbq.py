@@ -9,6 +9,7 @@ from .._params import Integer, Real
 from .._validation import apply_similarity, check_similarity_rules, check_vectors
 from ..encoding import padded_dim
 from ..packing import kernel_codes, pack_codes
+from . import lucene_osq
 from .base import Quantizer
 from .encoded import EncodedVectors
 from .osq import DEFAULT_ITERS, DEFAULT_LAMBDA, quantize_pairs, quantize_rows
@@ -42,12 +43,18 @@ class BBQQuantizer(Quantizer):
         Seed of the preconditioner.
     iters, lam : int, float
         Optimizer steps and anisotropic weight (5 and 0.1, as Lucene).
+    arithmetic : {"float64", "lucene"}
+        ``"float64"`` (default): bbqlib's own arithmetic (float64 sums, the plain mean as
+        centroid). ``"lucene"``: Lucene 10.5's, bit for bit - its centroid and cosine
+        normalization, codes, corrections and float32 scores (1x4, 2x4, 4x4 and 7x7 only,
+        no preconditioning; see :mod:`bbqlib.quantizers.lucene_osq` and ``docs/lucene.md``).
 
     Attributes
     ----------
     centroid_ : float32 [d]
         Plain mean of the fitted vectors (normalized first for cosine, not re-normalized), in
-        the preconditioned space when a transform is set.
+        the preconditioned space when a transform is set; with ``arithmetic="lucene"`` the
+        centroid Lucene's writer computes.
     encoding_ : Encoding
         Row of the encoding table in use.
 
@@ -72,7 +79,8 @@ class BBQQuantizer(Quantizer):
     """
 
     family = "osq"
-    _param_names = ("bits", "query_bits", "similarity", "precondition", "seed", "iters", "lam")
+    _param_names = ("bits", "query_bits", "similarity", "precondition", "seed", "iters", "lam",
+                    "arithmetic")  # fmt: skip
     _constraints = {"iters": [Integer(0)], "lam": [Real(0.0, 1.0)], "seed": [None, Integer()]}
 
     def __init__(
@@ -85,6 +93,7 @@ class BBQQuantizer(Quantizer):
         seed: int | None = None,
         iters: int = DEFAULT_ITERS,
         lam: float = DEFAULT_LAMBDA,
+        arithmetic: str = "float64",
     ):
         self.bits = bits
         self.query_bits = query_bits
@@ -93,8 +102,15 @@ class BBQQuantizer(Quantizer):
         self.seed = seed
         self.iters = iters
         self.lam = lam
+        self.arithmetic = arithmetic
 
     # -- fitting ----------------------------------------------------------------------------
+    def fit(self, X, y=None):
+        """Validate the parameters, fix the centroid (the plain mean) and the transform."""
+        if lucene_osq.is_lucene(self):
+            return lucene_osq.fit(self, X)
+        return super().fit(X, y)
+
     def _fit_transformed(self, X: np.ndarray) -> None:
         """The centroid: the plain mean of the prepared (and transformed) rows."""
         self._set_centroid(X.mean(axis=0, dtype=np.float64))
@@ -102,16 +118,22 @@ class BBQQuantizer(Quantizer):
     def _set_centroid(self, centroid) -> None:
         self.centroid_ = np.asarray(centroid, dtype=np.float32)
         self.centroid_.flags.writeable = False
-        self.centroid_dot_ = float(np.dot(self.centroid_.astype(np.float64), self.centroid_))
+        if lucene_osq.is_lucene(self):
+            self.centroid_dot_ = lucene_osq.centroid_dot(self.centroid_)
+        else:
+            self.centroid_dot_ = float(np.dot(self.centroid_.astype(np.float64), self.centroid_))
 
     def _fingerprint_parts(self) -> tuple:
         enc = self.encoding_
-        return (enc.doc_bits, self.similarity_.value, self.iters, float(self.lam), self.centroid_)
+        parts = (enc.doc_bits, self.similarity_.value, self.iters, float(self.lam), self.centroid_)
+        return parts + (("lucene",) if lucene_osq.is_lucene(self) else ())
 
     def _state(self) -> tuple[dict, dict]:
         return {"lam": float(self.lam)}, {"centroid": np.asarray(self.centroid_)}
 
     def _restore(self, params: dict, arrays: dict) -> None:
+        if lucene_osq.is_lucene(self):
+            lucene_osq.check_params(self)
         self._set_centroid(np.array(arrays["centroid"], dtype=np.float32))
 
     # -- encoding ---------------------------------------------------------------------------
@@ -123,6 +145,8 @@ class BBQQuantizer(Quantizer):
         float32 at a time, so the temporaries stay small whatever the batch size.
         """
         self._check_fitted()
+        if lucene_osq.is_lucene(self):
+            return lucene_osq.encode(self, X)
         X = check_vectors(X, "X", dim=self.dim_)
         sq = check_similarity_rules(X, self.similarity_, "X")
         enc = self.encoding_
@@ -171,6 +195,8 @@ class BBQQuantizer(Quantizer):
         )
 
     def _query_codes(self, Q: np.ndarray) -> scoring.QueryCodes:
+        if lucene_osq.is_lucene(self):
+            return lucene_osq.query_codes(self, Q)
         Q = self._rotated(Q)
         enc = self.encoding_
         factors = np.empty((len(Q), 4), dtype=np.float64)
@@ -224,3 +250,30 @@ class BBQQuantizer(Quantizer):
         if self.similarity_.is_distance:
             return np.einsum("ij,ij->i", y, y, dtype=np.float64)
         return Q.astype(np.float64) @ self.centroid_.astype(np.float64)
+
+    # -- arithmetic="lucene": Lucene's float32 scorer (bbqlib.quantizers.lucene_osq) -----------
+    def _validated(self, X, name: str, *, allow_1d: bool = False) -> np.ndarray:
+        if lucene_osq.is_lucene(self):  # cosine: VectorUtil.l2normalize, as Lucene's scorer
+            return lucene_osq.validated(self, X, name, allow_1d=allow_1d)
+        return super()._validated(X, name, allow_1d=allow_1d)
+
+    def estimate(self, Q, enc: EncodedVectors, *, return_bounds: bool = False, eps0=None):
+        if lucene_osq.is_lucene(self) and not return_bounds:
+            return lucene_osq.estimate(self, Q, enc)
+        return super().estimate(Q, enc, return_bounds=return_bounds, eps0=eps0)
+
+    def similarity_scores(self, Q, enc: EncodedVectors) -> np.ndarray:
+        if lucene_osq.is_lucene(self):
+            return lucene_osq.similarity_scores(self, Q, enc)
+        return super().similarity_scores(Q, enc)
+
+    def topk_keys(self, Qp, enc: EncodedVectors, k: int, *, allowed=None, id_base: int = 0):
+        if lucene_osq.is_lucene(self):  # ranked by Lucene's float32 score
+            raw, ids = lucene_osq.search_prepared(self, Qp, enc, k, allowed=allowed,
+                                                  id_base=id_base)  # fmt: skip
+            return np.where(ids >= 0, self.similarity_.key(raw), -np.inf), ids
+        return super().topk_keys(Qp, enc, k, allowed=allowed, id_base=id_base)
+
+    estimate.__doc__ = Quantizer.estimate.__doc__
+    similarity_scores.__doc__ = Quantizer.similarity_scores.__doc__
+    topk_keys.__doc__ = Quantizer.topk_keys.__doc__

@@ -71,8 +71,7 @@ def exact_values(queries, vectors, candidates, mode: int, *, parallel: bool = Tr
         local = np.arange(ids.size, dtype=np.int64).reshape(ids.shape)
         local[ids < 0] = -1
         vec, ids = rows, local
-    kernel = KR.exact_candidates if parallel else KR.exact_candidates_serial
-    kernel(queries, vec, ids, mode, out)
+    KR.exact_candidates(queries, vec, ids, mode, out, parallel=parallel)
     return out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._kernels import scoring as KS
-from .._kernels.policy import num_threads
+from .._kernels.policy import limit_threads, threads_for
 from ..packing import unpack_planes
 from .codes import DocCodes, QueryCodes
 from .dispatch import kernels_for, use_lut
@@ -17,6 +17,9 @@ __all__ = ["estimate_raw", "topk_keys", "query_tables", "QUERY_BATCH", "UNPACK_C
 QUERY_BATCH = 256
 #: Docs unpacked at a time when a float query meets plane-packed docs.
 UNPACK_CHUNK = 65536
+#: (query, doc) pairs per thread in a scan or estimate: about 1 ms of work each, so single
+#: queries and small batches run on the calling thread (``policy.threads_for``).
+PAIRS_PER_THREAD = 250_000
 
 
 def estimate_raw(q: QueryCodes, d: DocCodes) -> np.ndarray:
@@ -25,6 +28,12 @@ def estimate_raw(q: QueryCodes, d: DocCodes) -> np.ndarray:
     out = np.empty((len(q), len(d)), dtype=np.float64)
     if len(q) == 0 or len(d) == 0:
         return out
+    with limit_threads(threads_for(len(q) * len(d), PAIRS_PER_THREAD)):
+        _estimate(q, d, kernels, out)
+    return out
+
+
+def _estimate(q: QueryCodes, d: DocCodes, kernels, out: np.ndarray) -> None:
     common = (d.dim, d.centroid_dot, d.is_l2)
     if q.kind == "planes":
         kernels.estimate(
@@ -39,7 +48,6 @@ def estimate_raw(q: QueryCodes, d: DocCodes) -> np.ndarray:
                 q.data, q.factors, d.unpacked(start, stop), d.factors[start:stop], *common,
                 out[:, start:stop],
             )  # fmt: skip
-    return out
 
 
 def topk_keys(
@@ -54,12 +62,14 @@ def topk_keys(
     kernels_for(q, d)
     nq = len(q)
     mask = np.empty(0, np.uint8) if allowed is None else np.ascontiguousarray(allowed, np.uint8)
-    chunks = max(1, min(num_threads(), -(-len(d) // KS.BLOCK)))
+    threads = threads_for(nq * len(d), PAIRS_PER_THREAD)
+    chunks = max(1, min(threads, -(-len(d) // KS.BLOCK)))
     all_keys = np.full((nq, k), -np.inf)
     all_ids = np.full((nq, k), -1, dtype=np.int64)
     for q0 in range(0, nq, QUERY_BATCH):
         qb = q.rows(q0, min(nq, q0 + QUERY_BATCH))
-        keys, ids = _scan(qb, d, k, mask, id_base, chunks)
+        with limit_threads(threads):
+            keys, ids = _scan(qb, d, k, mask, id_base, chunks)
         keys = keys.transpose(1, 0, 2).reshape(len(qb), -1)
         ids = ids.transpose(1, 0, 2).reshape(len(qb), -1)
         keys, ids = merge_topk(keys, ids, k)

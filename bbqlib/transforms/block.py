@@ -57,7 +57,7 @@ class BlockPreconditioner(Transform):
         Effective block size ``min(dim, block_dim)``.
     block_sizes_ : list of int
         ``ceil(dim / block_dim_)`` sizes: full blocks, then ``dim % block_dim_`` if non-zero.
-    blocks_ : ndarray (n_full, block_dim_, block_dim_), float32
+    blocks_ : ndarray ``(n_full, block_dim_, block_dim_)``, float32
         The full blocks, each with orthonormal rows.
     remainder_block_ : ndarray (rem, rem), float32
         The last, smaller block (shape (0, 0) when ``dim % block_dim_ == 0``).
@@ -67,8 +67,9 @@ class BlockPreconditioner(Transform):
 
     Notes
     -----
-    ``out[off_j + r] = Σ_k M_j[r, k] · x[P_j[k]]`` (spec §5). Draw order from one generator:
-    each block's Gaussian matrix in order, then the permutation. Each block's rows are
+    ``out[off_j + r] = Σ_k M_j[r, k] · x[P_j[k]]``, as Elasticsearch's diskbbq
+    ``Preconditioner`` (``createPreconditioner(dim, blockDim)``). Draw order from one
+    generator: each block's Gaussian matrix in order, then the permutation. Each block's rows are
     orthonormalized by modified Gram–Schmidt in float64, then stored as float32. Cost per
     vector: O(dim · block_dim).
     """

@@ -27,8 +27,9 @@ the normal-equation sums. This is the definition of spec §1.3-1.4 reassociated
 * with ``x̂ = a + step·k``: ``Σ x x̂ = a Σx + step XK``, ``Σ x̂² = d a² + 2 a step K1 + step² K2``,
   ``⟨x, x - x̂⟩ = ‖x‖² - Σ x x̂``, ``‖x - x̂‖² = ‖x‖² - 2 Σ x x̂ + Σ x̂²``.
 
-The codes are Lucene's; the sums differ from Lucene's term-by-term float64 sums in the last
-bits only (:func:`direct_pass_terms` is the definition, for tests).
+The codes follow Lucene's expression; the sums differ from term-by-term float64 sums in the last
+bits only (:func:`direct_pass_terms` is the definition, for tests). Lucene 10.5's own arithmetic
+is float32 in places: :mod:`reference.osq_lucene` is that one.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ def estimation_error(
     normalize : bool
         Divide each error by ``‖q − c‖·‖o − c‖`` (twice that for squared L2), ``c`` the
         quantizer's centre: the error of the estimated cosine of the centred pair, the scale of
-        RaBitQ's theory (spec §1.2, §2.5). Relative errors and coverage do not change.
+        RaBitQ's error bound (Gao & Long, SIGMOD 2024). Relative errors and coverage do not change.
     confidence : float
         Level of the bias interval (0.95).
     rank_sample : int or None

@@ -1,0 +1,120 @@
+"""Where bbqlib's compiled kernels are cached on disk: a per-user directory, never the package.
+
+numba's ``cache=True`` writes next to the source (``<package>/_kernels/__pycache__``) when
+it can. For an installed package that leaves files ``pip uninstall`` does not know about (a
+half-removed package then imports as an empty namespace), and it fails on read-only
+installs. bbqlib's kernels use their own numba cache object instead, whose only locator is
+:func:`cache_dir`:
+
+1. ``$BBQLIB_CACHE_DIR`` if set;
+2. else ``$NUMBA_CACHE_DIR`` if the user set it (the same place as their other kernels);
+3. else the per-user cache directory: ``$XDG_CACHE_HOME/bbqlib/<version>`` (by default
+   ``~/.cache/bbqlib/<version>``) on Linux, ``~/Library/Caches/bbqlib/<version>`` on macOS,
+   ``%LOCALAPPDATA%\\bbqlib\\Cache\\<version>`` on Windows.
+
+Inside it, each source folder gets its own subfolder (numba's naming: folder name and a hash
+of its path), so an editable checkout and an installed copy do not share entries; each entry
+is also keyed by a hash of its source file, so an edited kernel recompiles. numba's
+configuration and other packages' caches are untouched: only dispatchers built by
+:mod:`bbqlib._kernels.policy` get this cache. Where no directory is writable the kernels
+compile in every process (no disk cache), as numba does for functions it cannot cache.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from pathlib import Path
+
+from numba.core.caching import (
+    CompileResultCacheImpl,
+    FunctionCache,
+    NullCache,
+    _CacheLocator,
+    _SourceFileBackedLocatorMixin,
+)
+
+from .._version import __version__
+
+__all__ = ["cache_dir", "use_bbqlib_cache", "BbqlibCacheLocator"]
+
+
+def _user_cache_root() -> Path:
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or os.path.expanduser(r"~\AppData\Local")
+        return Path(base) / "bbqlib" / "Cache"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "bbqlib"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "bbqlib"
+
+
+def cache_dir() -> Path:
+    """The folder bbqlib's kernel cache uses now (see the module notes for the order)."""
+    own = os.environ.get("BBQLIB_CACHE_DIR", "")
+    if own:
+        return Path(own).expanduser()
+    numba_dir = os.environ.get("NUMBA_CACHE_DIR", "")
+    if numba_dir:
+        return Path(numba_dir).expanduser()
+    return _user_cache_root() / __version__
+
+
+class BbqlibCacheLocator(_SourceFileBackedLocatorMixin, _CacheLocator):
+    """numba cache locator for bbqlib's kernels: :func:`cache_dir` / per-source-folder."""
+
+    def __init__(self, py_func, py_file):
+        self._py_file = py_file
+        self._lineno = py_func.__code__.co_firstlineno
+        subpath = self.get_suitable_cache_subpath(py_file)
+        self._cache_path = str(cache_dir() / subpath)
+
+    def get_cache_path(self) -> str:
+        return self._cache_path
+
+
+class _BbqlibCacheImpl(CompileResultCacheImpl):
+    """numba's implementation with one locator, :class:`BbqlibCacheLocator` (numba's own
+    ``__init__`` would also consult ``NUMBA_CACHE_LOCATOR_CLASSES``, which is meant for the
+    user's functions). ``tag`` names a variant compiled from the same function with other
+    options (numba's cache key holds the signature and the bytecode, not the options)."""
+
+    tag = ""
+
+    def __init__(self, py_func):
+        self._lineno = py_func.__code__.co_firstlineno
+        qualname = getattr(py_func, "__qualname__", py_func.__name__)
+        source_path = inspect.getfile(py_func)
+        locator = BbqlibCacheLocator.from_function(py_func, source_path)
+        if locator is None:
+            raise RuntimeError(f"no writable kernel cache folder for {qualname}")
+        self._locator = locator
+        modname = os.path.splitext(os.path.basename(source_path))[0]
+        abiflags = getattr(sys, "abiflags", "")
+        name = f"{modname}.{qualname}" + (f".{self.tag}" if self.tag else "")
+        self._filename_base = self.get_filename_base(name, abiflags)
+
+
+class _BbqlibSerialCacheImpl(_BbqlibCacheImpl):
+    tag = "serial"
+
+
+class _BbqlibFunctionCache(FunctionCache):
+    _impl_class = _BbqlibCacheImpl
+
+
+class _BbqlibSerialFunctionCache(FunctionCache):
+    _impl_class = _BbqlibSerialCacheImpl
+
+
+def use_bbqlib_cache(dispatcher, *, serial_twin: bool = False) -> None:
+    """Give ``dispatcher`` (built with ``cache=False``) bbqlib's disk cache, or none at all
+    when :func:`cache_dir` cannot be created or written. ``serial_twin``: the dispatcher is
+    the single-threaded twin of a parallel kernel (its own cache entries)."""
+    cls = _BbqlibSerialFunctionCache if serial_twin else _BbqlibFunctionCache
+    try:
+        dispatcher._cache = cls(dispatcher.py_func)
+    except RuntimeError:  # no locator: the folder is not writable
+        dispatcher._cache = NullCache()

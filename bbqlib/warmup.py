@@ -1,0 +1,82 @@
+"""``bbqlib.warmup(index)``: have every kernel an index's searches need ready before the
+first query (the slow first query of a fresh process is JIT compilation or, with a warm
+disk cache, loading machine code)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._kernels import policy
+
+__all__ = ["warmup"]
+
+
+def _probe_query(index) -> np.ndarray:
+    """A valid query for any similarity: a fixed random unit vector of the index's dim."""
+    dim = getattr(index, "dim_", None)
+    if dim is None:
+        dim = index.quantizer.dim_
+    q = np.random.default_rng(0).normal(size=int(dim))
+    return (q / np.linalg.norm(q)).astype(np.float32)
+
+
+def _runtime() -> None:
+    """numba's target and thread pool, through the smallest cached kernel."""
+    from ._validation import row_sq_norms
+
+    policy.threading_layer()
+    row_sq_norms(np.ones((1, 8), dtype=np.float32))
+
+
+def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
+    """Compile or load every kernel ``index.search`` uses, before the first query.
+
+    Runs one search of a probe query (which compiles, or loads from bbqlib's kernel cache,
+    the single-threaded kernels of the index's encoding, similarity and rerank), then, with
+    ``batch=True``, prepares the multi-threaded variants that large batches use, for the same
+    argument types. Results and index are not changed.
+
+    Without an index it does what every process pays once, at its first kernel call:
+    numba's code-generation target is initialized (its first use imports numba's array
+    library and SciPy's BLAS bindings, about half a second) and numba's thread pool starts.
+    A server can call ``bbqlib.warmup()`` at start-up, then open its indexes.
+
+    Parameters
+    ----------
+    index : FlatIndex or IVFIndex, optional
+        A fitted index with at least one vector.
+    k : int
+        The ``k`` of the probe search (kernels do not depend on it).
+    batch : bool
+        Also prepare the multi-threaded kernels (a first-time compile takes longer).
+
+    Returns
+    -------
+    float
+        Seconds spent.
+
+    Examples
+    --------
+    >>> import numpy as np, bbqlib
+    >>> X = np.random.default_rng(0).normal(size=(300, 16)).astype(np.float32)
+    >>> index = bbqlib.FlatIndex(bits=1, similarity="cosine")
+    >>> index.add(X)
+    >>> seconds = bbqlib.warmup(index)
+    """
+    import time
+
+    t0 = time.perf_counter()
+    _runtime()
+    if index is None:
+        return time.perf_counter() - t0
+    if not hasattr(index, "search"):
+        raise TypeError(f"index must be a bbqlib index, got {type(index).__name__}")
+    if len(index) == 0:
+        raise ValueError("index is empty: add vectors before warmup (kernels depend on them)")
+    rerank = getattr(index, "store_vectors", True)  # indexes without vectors search raw
+    with policy.recording() as kernels:
+        index.search(_probe_query(index), k=k, rerank=rerank)
+    if batch:
+        for kern, signatures in kernels.items():
+            kern.compile_both(signatures)
+    return time.perf_counter() - t0

@@ -1,0 +1,92 @@
+"""The compiled-kernel cache lives in a per-user folder, never in the installed package."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import bbqlib
+from bbqlib._kernels import cache
+from bbqlib._kernels.validation import row_sq_norms
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_cache_dir_precedence(monkeypatch, tmp_path):
+    for key in ("BBQLIB_CACHE_DIR", "NUMBA_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    if sys.platform.startswith("linux"):
+        assert cache.cache_dir() == tmp_path / "home" / ".cache" / "bbqlib" / bbqlib.__version__
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+        assert cache.cache_dir() == tmp_path / "xdg" / "bbqlib" / bbqlib.__version__
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba"))
+    assert cache.cache_dir() == tmp_path / "numba"
+    monkeypatch.setenv("BBQLIB_CACHE_DIR", str(tmp_path / "own"))
+    assert cache.cache_dir() == tmp_path / "own"
+
+
+def test_kernels_use_the_bbqlib_cache():
+    for disp in (row_sq_norms.dispatcher, row_sq_norms.serial):
+        path = Path(disp._cache.cache_path)
+        assert cache.cache_dir() in path.parents
+        assert ROOT / "bbqlib" not in path.parents
+
+
+_RUN = """
+import numpy as np
+from bbqlib._validation import row_sq_norms
+print(float(row_sq_norms(np.ones((3, 5), np.float32))[0]))
+"""
+
+
+def _clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BBQLIB_", "NUMBA_CACHE"))}
+    env.pop("XDG_CACHE_HOME", None)
+    env.update(extra)
+    return env
+
+
+def _files(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+
+
+def test_an_installed_copy_writes_nothing_into_its_folder(tmp_path):
+    """A read-only copy of the package (as pip lays it out) runs a kernel; the compiled code
+    lands in $HOME/.cache/bbqlib/<version>, the package folder is left as it was."""
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "bbqlib", site / "bbqlib", ignore=shutil.ignore_patterns("__pycache__"))
+    before = _files(site)
+    for p in [site, *site.rglob("*")]:
+        if p.is_dir():
+            p.chmod(p.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    home = tmp_path / "home"
+    env = _clean_env(PYTHONPATH=str(site), HOME=str(home), PYTHONDONTWRITEBYTECODE="1")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _RUN], capture_output=True, text=True, env=env, timeout=300
+        )
+    finally:
+        for p in [site, *site.rglob("*")]:
+            if p.is_dir():
+                p.chmod(p.stat().st_mode | stat.S_IWUSR)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "5.0"
+    assert _files(site) == before
+    cached = _files(home / ".cache" / "bbqlib" / bbqlib.__version__)
+    assert any(f.endswith(".nbi") for f in cached) and any(f.endswith(".nbc") for f in cached)
+
+
+def test_an_unwritable_cache_folder_only_costs_compilation(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    env = _clean_env(PYTHONPATH=str(ROOT), BBQLIB_CACHE_DIR=str(blocked / "cache"))
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUN], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "5.0"

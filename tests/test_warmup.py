@@ -1,0 +1,72 @@
+"""bbqlib.warmup and IVFIndex.open(preload=True) (issue 14's cold start)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import bbqlib
+from bbqlib._kernels import policy
+from bbqlib.io.preload import preload_arrays
+
+
+def test_warmup_without_index_starts_the_runtime():
+    assert bbqlib.warmup() >= 0.0
+    assert policy.threading_layer() in ("tbb", "omp", "workqueue")
+
+
+# The IVF case prepares the single-threaded kernels only: compiling every multi-threaded IVF
+# kernel on an empty cache costs about a minute of CI (the flat case covers batch=True).
+@pytest.mark.parametrize("kind, batch", [("flat", True), ("ivf", False)])
+def test_warmup_prepares_every_kernel_a_search_uses(kind, batch, make_vectors):
+    X = make_vectors(700, 24, kind="clustered", seed=4)
+    if kind == "flat":
+        index = bbqlib.FlatIndex(bits=1, similarity="euclidean")
+    else:
+        index = bbqlib.IVFIndex(bits=1, similarity="euclidean", cluster_size=64)
+    index.add(X)
+    before = index.search(X[:3], k=4)
+    assert bbqlib.warmup(index, batch=batch) >= 0.0
+    with policy.recording() as used:
+        index.search(X[5], k=4)
+    assert used
+    for kern, signatures in used.items():
+        if batch:
+            assert signatures <= set(kern.dispatcher.signatures), kern
+        if hasattr(kern.serial, "signatures"):  # a compiled twin, not a Python function
+            assert signatures <= set(kern.serial.signatures), kern
+    after = index.search(X[:3], k=4)
+    np.testing.assert_array_equal(before[1], after[1])
+
+
+def test_warmup_of_an_index_without_vectors(make_vectors):
+    index = bbqlib.FlatIndex(bits=2, similarity="cosine", store_vectors=False)
+    index.add(make_vectors(100, 16))
+    bbqlib.warmup(index, batch=False)
+
+
+def test_warmup_rejects_empty_and_foreign_indexes():
+    with pytest.raises(ValueError, match="empty"):
+        bbqlib.warmup(bbqlib.FlatIndex(bits=1))
+    with pytest.raises(TypeError, match="bbqlib index"):
+        bbqlib.warmup(object())
+
+
+def test_preload_gives_the_same_results(make_vectors, tmp_path):
+    X = make_vectors(900, 20, kind="clustered", seed=6)
+    index = bbqlib.IVFIndex(bits=1, similarity="cosine", cluster_size=64)
+    index.add(X)
+    index.save(tmp_path / "ivf")
+    plain = bbqlib.IVFIndex.open(tmp_path / "ivf")
+    warm = bbqlib.load(tmp_path / "ivf", preload=True)
+    a, b = plain.search(X[:9], k=5), warm.search(X[:9], k=5)
+    np.testing.assert_array_equal(a[1], b[1])
+    np.testing.assert_array_equal(a[0], b[0])
+
+
+def test_preload_arrays_touches_maps_only(tmp_path):
+    path = tmp_path / "a.npy"
+    np.save(path, np.arange(100_000, dtype=np.int64))
+    mapped = np.load(path, mmap_mode="r")
+    assert preload_arrays([mapped, np.ones(10), None]) == mapped.nbytes
+    assert preload_arrays([mapped[:0]]) == 0
