@@ -8,7 +8,7 @@ on float vectors. See the README for a tour.
 from ._load import load
 from ._validation import NotFittedError
 from ._version import __version__
-from .calibrate import calibrate, sizing
+from .calibration import calibrate, sizing
 from .encoding import ENCODINGS, Encoding, encoding_from_wire, get_encoding
 from .index import FlatIndex, IVFIndex
 from .io.container import CorruptFileError, UnsupportedFormatError

@@ -258,7 +258,7 @@ def _eval(args) -> int:
 
 
 def _calibrate(args) -> int:
-    from .calibrate import calibrate
+    from .calibration import calibrate
 
     base = read_vectors(args.data, mmap=True)
     queries = None if args.queries is None else read_vectors(args.queries)

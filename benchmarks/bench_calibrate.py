@@ -14,7 +14,7 @@ Parts (each writes ``<workdir>/calibrate-<part>.json``; ``render`` turns them in
 Protocol. Target recall@10 >= 0.95 (the one-sided 95% bootstrap lower bound). *Wall time*:
 one plain ``bbqlib.calibrate(base, queries[:200], ...)`` call, exact ground truth included.
 *Splits*: the 1,000 queries are shuffled 20 times (seeds 0-19); calibration runs on 200 of
-them (a :class:`bbqlib.calibrate.Calibrator` keeps the encodes between splits; exact ground
+them (a :class:`bbqlib.calibration.Calibrator` keeps the encodes between splits; exact ground
 truth from the data set's files), the chosen configuration is then built afresh
 (``report.build()``, ``add(base)``) and searched with its defaults for the other 800; a
 split passes when their mean recall@10 is >= target - 0.005. *Grid*: on the first splits
@@ -41,7 +41,7 @@ import _common  # noqa: E402
 
 import bbqlib  # noqa: E402
 from bbqlib.analysis.recall import recall_per_query  # noqa: E402
-from bbqlib.calibrate import Calibrator  # noqa: E402
+from bbqlib.calibration import Calibrator  # noqa: E402
 
 TARGET = 0.95
 K = 10
@@ -181,7 +181,9 @@ def _synthetic(args):
         np.save(paths[1], X[args.n :])
         from bbqlib.analysis.ground_truth import exact_knn
 
-        ids, scores = exact_knn(np.load(paths[0], mmap_mode="r"), X[args.n :], 20, "cosine")
+        scores, ids = exact_knn(
+            np.load(paths[0], mmap_mode="r"), X[args.n :], 20, "cosine", scores_first=True
+        )
         np.save(paths[2], ids)
         np.save(paths[3], scores)
     base = np.load(paths[0], mmap_mode="r")
@@ -296,7 +298,7 @@ def part_sizing(args) -> None:
     syn = _load(args.workdir, "synthetic")
     if not syn or not syn.get("chosen"):
         raise SystemExit("run the synthetic part first (it records the chosen configuration)")
-    from bbqlib.calibrate import Configuration
+    from bbqlib.calibration import Configuration
 
     fields = dict(syn["chosen"])
     fields.pop("extra", None)

@@ -102,7 +102,7 @@ def test_stored_exact_values_match_numpy_on_the_stored_rows(kind, sim):
 def data():
     X = _blobs(3000, 48, 1)
     Q = _blobs(40, 48, 2)
-    gt, _ = exact_knn(X, Q, 10, "ip")
+    _, gt = exact_knn(X, Q, 10, "ip", scores_first=True)
     return X, Q, gt
 
 

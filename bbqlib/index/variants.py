@@ -1,6 +1,6 @@
 """Indexes that share work with another index: the pieces calibration compares.
 
-Calibration (:mod:`bbqlib.calibrate`) measures many configurations on the same data. Most of
+Calibration (:mod:`bbqlib.calibration`) measures many configurations on the same data. Most of
 what an index holds does not change between them, so these helpers make a configuration
 from parts that were computed once:
 

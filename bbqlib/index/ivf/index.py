@@ -22,7 +22,7 @@ from ..._params import check_int
 from ..._validation import NotFittedError, check_k, check_vectors
 from ...quantizers import BBQQuantizer, Quantizer
 from ...scoring import candidate_count, check_oversample, check_scores, dedup_topk, finish
-from ...scoring.stored import check_store_vectors
+from ...scoring.stored import check_store_vectors, stored_rows
 from ...similarity import Similarity
 from ..ids import RowIds, filter_rows
 from . import build as B
@@ -325,8 +325,6 @@ class IVFIndex:
 
     def _vectors_rows(self, rows: np.ndarray) -> np.ndarray:
         """Stored float vectors of ascending ``rows`` (float32 copy)."""
-        from ...scoring.stored import stored_rows
-
         out = np.empty((rows.size, self.dim_), dtype=np.float32)
         start = 0
         for seg in self._segments:

@@ -67,8 +67,10 @@ def _ground_truth(base, queries, k: int, similarity, given=None):
     from ..analysis.ground_truth import exact_knn
 
     g = min(base.shape[0], 2 * k)
-    a, b = exact_knn(base, queries, g, metric=_METRIC.get(similarity.value, "ip"))
-    return (a, b) if np.asarray(a).dtype.kind in "iu" else (b, a)
+    scores, ids = exact_knn(
+        base, queries, g, metric=_METRIC.get(similarity.value, "ip"), scores_first=True
+    )
+    return ids, scores
 
 
 class Calibrator:
@@ -93,7 +95,7 @@ class Calibrator:
         Bound of the encodes kept between measurements (default 4 GiB).
     screen : bool or int, optional
         Probe every point on a seeded subsample first (a tenth, at least 100,000 vectors;
-        an int: that many) and drop those that miss clearly (:mod:`bbqlib.calibrate.search`);
+        an int: that many) and drop those that miss clearly (:mod:`bbqlib.calibration.search`);
         default: for bases of at least :data:`SCREEN_ROWS` vectors.
     progress : bool
         Print a line per step.
@@ -253,7 +255,7 @@ def calibrate(
     n_queries : int
         Queries sampled from ``X`` when ``queries`` is None.
     search : {"smart", "grid"}
-        The pruned walk or every point at every setting (:mod:`bbqlib.calibrate.search`).
+        The pruned walk or every point at every setting (:mod:`bbqlib.calibration.search`).
     space : sequence of FamilySpace, optional
         Families to try (default :data:`SPACE`).
     cluster_size : int
@@ -276,7 +278,7 @@ def calibrate(
     searched. Encodes are shared across query widths and stored-vector kinds, the IVF
     lists across quantizers (:mod:`bbqlib.index.variants`), and the walk over the space
     stops at the first bytes-per-vector group that meets the target
-    (:mod:`bbqlib.calibrate.search`). Latency is single-thread time per query of a
+    (:mod:`bbqlib.calibration.search`). Latency is single-thread time per query of a
     batched search.
 
     Examples

@@ -19,7 +19,7 @@ time:
    IVF the staircase of minimal (oversample, visit) pairs (a pair is dominated when another
    meets the target with no more depth and no more visits), walked from the deepest rerank
    down while it gets faster;
-0. on large bases (:data:`bbqlib.calibrate.SCREEN_ROWS`) every probe is first made on a
+0. on large bases (:data:`bbqlib.calibration.SCREEN_ROWS`) every probe is first made on a
    seeded subsample of the base (a tenth, at least 100,000 vectors: encodes cost a tenth)
    and a point whose mean recall there misses the target by more than
    :data:`SCREEN_MARGIN` is dropped without its full encode (recall falls as the base

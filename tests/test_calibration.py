@@ -1,4 +1,4 @@
-"""Calibration (bbqlib.calibrate): the chosen configuration, its record, sizing, the CLI.
+"""Calibration (bbqlib.calibrate, bbqlib.calibration): the choice, its record, sizing, the CLI.
 
 Small data and a small search space keep these tests to seconds; the full space on real
 data is benchmarks/bench_calibrate.py.
@@ -13,10 +13,10 @@ import pytest
 
 import bbqlib
 from bbqlib.analysis.ground_truth import exact_knn
-from bbqlib.calibrate import SPACE, CalibrationReport, Calibrator, Configuration
-from bbqlib.calibrate.measure import bootstrap_bounds
-from bbqlib.calibrate.sizing import flat_sizes, ivf_sizes
-from bbqlib.calibrate.space import code_points
+from bbqlib.calibration import SPACE, CalibrationReport, Calibrator, Configuration
+from bbqlib.calibration.measure import bootstrap_bounds
+from bbqlib.calibration.sizing import flat_sizes, ivf_sizes
+from bbqlib.calibration.space import code_points
 from bbqlib.index.variants import flat_from_parts, ivf_coverage, ivf_recoded, ivf_variant
 
 #: BBQ at 1 and 4 bits (no preconditioning) and int8 per_dim: enough to exercise every path.
@@ -78,7 +78,7 @@ def test_chosen_builds_the_index_it_measured(flat_report, data):
     assert isinstance(index, bbqlib.FlatIndex)
     assert index.store_vectors == c.store_vectors and index.oversample == c.oversample
     index.add(X)
-    gt, _ = exact_knn(X, Q, 10, "l2")
+    _, gt = exact_knn(X, Q, 10, "l2", scores_first=True)
     got = _recall(index.search(Q, 10)[1], gt, 10)  # the defaults are the calibrated ones
     assert abs(got - c.recall) <= 0.02  # the same vectors, queries and seeds
     namespace = {"X": X, "queries": Q}
@@ -150,7 +150,7 @@ def test_ivf_calibration_chooses_a_visit_budget(ivf_data):
     index = r.build()
     assert isinstance(index, bbqlib.IVFIndex) and index.visit_percentage == c.visit_percentage
     index.add(X)
-    gt, _ = exact_knn(X, Q, 10, "cosine")
+    _, gt = exact_knn(X, Q, 10, "cosine", scores_first=True)
     assert abs(_recall(index.search(Q, 10)[1], gt, 10) - c.recall) <= 0.03
 
 
@@ -179,7 +179,7 @@ def test_recoded_lists_search_as_a_fresh_build(ivf_data):
     rec = ivf_variant(rec, store_vectors="int8", vectors=to_stored(ref._segments[0].array, "int8"))
     kw = {"visit_percentage": 20.0, "oversample": 3.0}
     np.testing.assert_array_equal(rec.search(Q, 10, **kw)[1], direct.search(Q, 10, **kw)[1])
-    gt, _ = exact_knn(X, Q, 10, "cosine")
+    _, gt = exact_knn(X, Q, 10, "cosine", scores_first=True)
     cov = ivf_coverage(rec, Q, gt, 20.0, 30)
     exact = ivf_variant(rec, store_vectors="float32", vectors=ref._segments[0].array)
     per_query = [len(set(a) & set(b)) / 10 for a, b in zip(exact.search(Q, 10, **kw)[1], gt,
