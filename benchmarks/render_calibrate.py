@@ -30,11 +30,13 @@ def _wall_rows(shared, synthetic):
         enc = sum(v for k, v in t.items() if k.endswith("encode"))
         search = sum(v for k, v in t.items() if k.endswith("search"))
         c = r["wall_chosen"]
-        rows.append([key, f"{r['n']:,} x {r['d']}", f"{r['wall_seconds']:.0f}", f"{gt:.0f}",
+        cpu = r.get("cpu_seconds")
+        cpu = "-" if cpu is None else f"{cpu:.0f}"
+        rows.append([key, f"{r['n']:,} x {r['d']}", f"{r['wall_seconds']:.0f}", cpu, f"{gt:.0f}",
                      f"{lists:.0f}", f"{enc:.0f}", f"{search:.0f}", r["wall_candidates"],
                      c["label"], f"{c['bytes_per_vector']:.0f}", f"{c['recall_low']:.3f}",
                      _load(r["wall_load"])])  # fmt: skip
-    return _table(["data / index", "n x d", "wall s", "ground truth s", "IVF lists s",
+    return _table(["data / index", "n x d", "wall s", "CPU s (all threads)", "ground truth s", "IVF lists s",
                    "encodes s", "searches s", "configs measured", "chosen", "B/vector",
                    "recall lower bound", "load avg"], rows)  # fmt: skip
 
