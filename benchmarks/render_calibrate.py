@@ -36,9 +36,9 @@ def _wall_rows(shared, synthetic):
                      f"{lists:.0f}", f"{enc:.0f}", f"{search:.0f}", r["wall_candidates"],
                      c["label"], f"{c['bytes_per_vector']:.0f}", f"{c['recall_low']:.3f}",
                      _load(r["wall_load"])])  # fmt: skip
-    return _table(["data / index", "n x d", "wall s", "CPU s (all threads)", "ground truth s", "IVF lists s",
-                   "encodes s", "searches s", "configs measured", "chosen", "B/vector",
-                   "recall lower bound", "load avg"], rows)  # fmt: skip
+    return _table(["data / index", "n x d", "wall s", "CPU s (all threads)", "ground truth s",
+                   "IVF lists s", "encodes s", "searches s", "configs measured", "chosen",
+                   "B/vector", "recall lower bound", "load avg"], rows)  # fmt: skip
 
 
 def _split_rows(shared, synthetic, target, slack):
