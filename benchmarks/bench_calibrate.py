@@ -83,14 +83,18 @@ def fresh_recall(index, queries, gt_ids, gt_scores) -> float:
 
 
 def run_splits(base, queries, gt_ids, gt_scores, similarity, kind, *, splits, grid_splits,
-               log, cluster_size=384, built=None):  # fmt: skip
-    """Calibrate on 200 queries, measure on the other 800, ``splits`` times."""
+               log, cluster_size=384, built=None, progress=None):  # fmt: skip
+    """Calibrate on 200 queries, measure on the other 800, ``splits`` times.
+
+    The exhaustive grids (on the first ``grid_splits`` splits) run after every split, so a
+    long grid never holds the splits back; ``progress(rows)`` is called after each step.
+    """
     cal = Calibrator(base, similarity=similarity, index=kind, cluster_size=cluster_size,
                      progress=False)  # fmt: skip
     built = {} if built is None else built
     rows = []
-    for s in range(splits):
-        perm = np.random.default_rng(s).permutation(len(queries))
+    perms = [np.random.default_rng(s).permutation(len(queries)) for s in range(splits)]
+    for s, perm in enumerate(perms):
         c_q, t_q = perm[:CAL_QUERIES], perm[CAL_QUERIES:]
         t0 = time.perf_counter()
         rep = cal.run(queries[c_q], k=K, target_recall=TARGET,
@@ -109,22 +113,31 @@ def run_splits(base, queries, gt_ids, gt_scores, similarity, kind, *, splits, gr
             row["fresh_recall"] = fresh_recall(built[key], queries[t_q], gt_ids[t_q],
                                                gt_scores[t_q])  # fmt: skip
             row["passes"] = row["fresh_recall"] >= TARGET - SLACK
-        if s < grid_splits:
-            t1 = time.perf_counter()
-            grid = cal.run(queries[c_q], k=K, target_recall=TARGET, search="grid",
-                           ground_truth=(gt_ids[c_q], gt_scores[c_q]))  # fmt: skip
-            row["grid_seconds"] = time.perf_counter() - t1
-            row["grid_candidates"] = len(grid.candidates)
-            row["grid"] = _summary(grid.chosen)
         log(f"{kind} split {s}: {row}")
         rows.append(row)
+        if progress is not None:
+            progress(rows)
+    built.clear()
+    for s, perm in enumerate(perms[:grid_splits]):
+        c_q = perm[:CAL_QUERIES]
+        t1 = time.perf_counter()
+        grid = cal.run(queries[c_q], k=K, target_recall=TARGET, search="grid",
+                       ground_truth=(gt_ids[c_q], gt_scores[c_q]))  # fmt: skip
+        row = rows[s]
+        row["grid_seconds"] = time.perf_counter() - t1
+        row["grid_load"] = uptime()
+        row["grid_candidates"] = len(grid.candidates)
+        row["grid"] = _summary(grid.chosen)
+        log(f"{kind} grid {s}: {row['grid']} in {row['grid_seconds']:.0f} s")
+        if progress is not None:
+            progress(rows)
     return rows
 
 
 # ----------------------------------------------------------------------------- parts
 def part_shared(args) -> None:
-    out = {}
-    for name in ("spacy-wordvec-300", "debian-minilm-384"):
+    out = _load(args.workdir, "shared") or {}
+    for name in args.datasets:
         ds = _common.load_dataset(name, n_queries=None)
         gt_ids, gt_scores = ds.gt_ids.astype(np.int64), ds.gt_scores
         for kind in args.indexes:
@@ -137,14 +150,19 @@ def part_shared(args) -> None:
             log(f"wall {wall:.1f} s: {rep.chosen and rep.chosen.label()}")
             grid_splits = args.grid_splits if (kind == "flat" or "spacy" in name) else \
                 args.grid_splits_ivf_minilm  # fmt: skip
-            rows = run_splits(ds.base, ds.queries, gt_ids, gt_scores, ds.similarity, kind,
-                              splits=args.splits, grid_splits=grid_splits, log=log)  # fmt: skip
             out[key] = {"n": ds.n, "d": ds.d, "similarity": ds.similarity, "wall_seconds": wall,
-                        "cpu_seconds": cpu,
-                        "wall_load": uptime(), "wall_timings": rep.timings,
+                        "cpu_seconds": cpu, "wall_load": uptime(), "wall_timings": rep.timings,
                         "wall_candidates": len(rep.candidates), "wall_chosen": _summary(rep.chosen),
-                        "wall_table": rep.table("markdown"), "splits": rows}  # fmt: skip
-            _dump(args.workdir, "shared", out)
+                        "wall_table": rep.table("markdown"), "splits": []}  # fmt: skip
+
+            def progress(rows, key=key):
+                out[key]["splits"] = rows
+                _dump(args.workdir, "shared", out)
+
+            progress([])
+            run_splits(ds.base, ds.queries, gt_ids, gt_scores, ds.similarity, kind,
+                       splits=args.splits, grid_splits=grid_splits, log=log,
+                       progress=progress)  # fmt: skip
 
 
 def part_stores(args) -> None:
@@ -380,6 +398,7 @@ def main() -> int:
     p.add_argument("--grid-splits", type=int, default=3)
     p.add_argument("--grid-splits-ivf-minilm", type=int, default=1)
     p.add_argument("--indexes", nargs="+", default=["flat", "ivf"])
+    p.add_argument("--datasets", nargs="+", default=["spacy-wordvec-300", "debian-minilm-384"])
     p.add_argument("--n", type=int, default=1_000_000)
     p.add_argument("--cap-mb", type=int, default=4096)
     p.add_argument("--kind", default="ivf")
