@@ -76,11 +76,17 @@ def _ground_truth(base, queries, k: int, similarity, given=None):
 class Calibrator:
     """Calibration over one base, reusable across query sets (the work shared is kept).
 
+    :func:`calibrate` is one ``Calibrator(X, ...).run(queries, ...)``. Keep a Calibrator to
+    calibrate the same vectors against several query sets (splits, targets, depths): the
+    encodes, the IVF lists and the screening subsample are made once.
+
     Parameters
     ----------
     X : float array [n, d]
-        The vectors to index (may be memory-mapped).
+        The vectors to index (may be memory-mapped). Queries passed to :meth:`run` must not
+        be among them.
     similarity : str
+        ``"cosine"``, ``"dot_product"``, ``"euclidean"`` or ``"max_inner_product"``.
     index : {"flat", "ivf", "auto"}
         ``"auto"`` measures both and picks across them.
     seed : int
@@ -99,6 +105,23 @@ class Calibrator:
         default: for bases of at least :data:`SCREEN_ROWS` vectors.
     progress : bool
         Print a line per step.
+
+    Attributes
+    ----------
+    engines : dict
+        One measuring engine per index kind (``"flat"``, ``"ivf"``), holding the shared work.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from bbqlib.calibration import Calibrator
+    >>> X = np.random.default_rng(0).normal(size=(3000, 32)).astype(np.float32)
+    >>> Q = np.random.default_rng(1).normal(size=(100, 32)).astype(np.float32)
+    >>> cal = Calibrator(X, similarity="euclidean")
+    >>> strict = cal.run(Q, k=5, target_recall=0.95)
+    >>> loose = cal.run(Q, k=5, target_recall=0.8)   # no encode is repeated
+    >>> loose.chosen.bytes_per_vector <= strict.chosen.bytes_per_vector
+    True
     """
 
     def __init__(self, X, *, similarity, index: str = "flat", seed: int = 0,
@@ -149,7 +172,21 @@ class Calibrator:
     def run(self, queries, *, k: int = 10, target_recall: float = 0.95, ground_truth=None,
             max_bytes_per_vector=None, max_latency_ms=None, n=None,
             search: str = "smart") -> CalibrationReport:  # fmt: skip
-        """Calibrate on ``queries`` (held out from the base); see :func:`calibrate`."""
+        """Calibrate on ``queries`` (held out from the base).
+
+        Parameters
+        ----------
+        queries : float array [nq, d]
+            Held-out queries (not rows of ``X``).
+        k, target_recall, max_bytes_per_vector, max_latency_ms, n, search
+            As in :func:`calibrate`.
+        ground_truth : int array [nq, >= k] or (ids, scores), optional
+            Exact neighbours of ``queries`` in ``X`` (computed in blocks when not given).
+
+        Returns
+        -------
+        CalibrationReport
+        """
         t0 = time.perf_counter()
         log = _log(self.progress, self._start)
         k = check_int(k, "k", 1, self.X.shape[0])
