@@ -114,6 +114,24 @@ def test_screen_on_a_subsample_drops_points_before_their_full_measure(data):
     assert len(full) < len(Calibrator(X, similarity="euclidean", space=SMALL).run(Q).candidates)
 
 
+def test_queries_seen_before_are_not_searched_again(data, flat_report):
+    X, Q = data
+    cal = Calibrator(X, similarity="euclidean", space=SMALL)
+    cal.run(Q[:80], k=10, target_recall=0.9)
+    searched = cal.engines["flat"].timings["search"]
+    again = cal.run(Q[40:], k=10, target_recall=0.9)  # half of these were searched already
+    assert cal.engines["flat"].timings["search"] > searched  # the new half is searched
+    cal.run(Q[:80], k=10, target_recall=0.9)
+    before = cal.engines["flat"].timings["search"]
+    repeat = cal.run(Q, k=10, target_recall=0.9)  # every query seen: nothing is searched
+    assert cal.engines["flat"].timings["search"] == before
+    by_label = {c.label(): c for c in flat_report.candidates}
+    for c in repeat.candidates:  # the same recalls as a fresh calibration on Q
+        if c.label() in by_label:
+            assert c.recall == pytest.approx(by_label[c.label()].recall, abs=1e-12)
+    assert again.chosen is not None
+
+
 def test_queries_sampled_from_x_are_held_out(data):
     X, _ = data
     r = bbqlib.calibrate(X, similarity="cosine", k=5, target_recall=0.8, space=SMALL[:1],
