@@ -52,7 +52,8 @@ class Quantizer:
     default_eps0 : float or None
         Default confidence multiplier of the bound.
 
-    The three above are class attributes (declared capabilities). Fitted attributes (set by ``fit``, all ending in ``_``): ``encoding_``, ``similarity_``,
+    The three above are class attributes (declared capabilities). Fitted attributes (set by
+    ``fit``, all ending in ``_``): ``encoding_``, ``similarity_``,
     ``dim_``, ``transform_``, ``fingerprint_`` and the family's own.
 
     Notes
