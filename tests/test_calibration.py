@@ -288,3 +288,15 @@ def test_cli_calibrate(tmp_path, capsys, data):
                  "euclidean", "--target-recall", "0.5", "--k", "5", "--quiet"])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0 and "chosen:" in out and "bbqlib.FlatIndex(" in out
+
+
+def test_calibration_loads_on_first_use():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, bbqlib; a = 'bbqlib.calibration' in sys.modules; f = bbqlib.calibrate; "
+        "print(a, 'bbqlib.calibration' in sys.modules, f is bbqlib.calibration.calibrate)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True", "True"]
