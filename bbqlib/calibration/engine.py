@@ -203,14 +203,17 @@ class Engine:
         return self._measured[key]
 
     def retime(self, point, oversample, visit, repeats: int) -> list[float]:
-        """Single-thread latencies (ms per query) of ``repeats`` more searches."""
+        """Single-thread latencies (ms per query) of ``repeats`` more searches (of at most
+        :data:`~.search.RETIME_QUERIES` queries)."""
         from .measure import timed_search
+        from .search import RETIME_QUERIES
 
         index = self.index_of(point, oversample if point.store else None, visit)
+        queries = self.queries[:RETIME_QUERIES]
         out = []
         for _ in range(repeats):
-            _, seconds = timed_search(index, self.queries, self.k)
-            out.append(1000.0 * seconds / len(self.queries))
+            _, seconds = timed_search(index, queries, self.k)
+            out.append(1000.0 * seconds / len(queries))
         return out
 
     def coverage(self, visit: float, depth: int) -> np.ndarray:

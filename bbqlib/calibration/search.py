@@ -25,8 +25,8 @@ time:
    :data:`SCREEN_MARGIN` is dropped without its full encode (recall falls as the base
    grows, so a point that misses on the subsample misses on the whole);
 3. the first group where some point meets the target holds the answer: its candidates
-   are timed again (three interleaved repeats, median) and the fastest is chosen. Every
-   more expensive group is pruned.
+   are timed again (three interleaved repeats on at most 64 queries, median) and the
+   fastest is chosen. Every more expensive group is pruned.
 
 IVF visit budgets are pruned by *coverage*: the share of a query's true neighbours that lie
 in the lists the search visits (computed from the shared lists, no scoring) bounds the
@@ -50,8 +50,10 @@ from .space import OVERSAMPLES, VISITS
 
 __all__ = ["Trial", "smart_search", "grid_search", "cheapest"]
 
-#: Re-timing repeats of the finalists.
+#: Re-timing repeats of the finalists (when there are several), on at most
+#: :data:`RETIME_QUERIES` of the queries.
 RETIME_REPEATS = 3
+RETIME_QUERIES = 64
 #: A probed point is tuned only when its probe is at most this many times slower than the
 #: fastest probe of its bytes group (all probes use the same generous setting).
 PROBE_SLACK = 3.0
@@ -247,7 +249,7 @@ def smart_search(engine, points, target, *, max_bytes=None, max_latency=None, lo
             continue
         log(f"{b:.0f} B/vector meets the target: {len(finalists)} candidate(s), timing them")
         times = {id(t): [t.m.latency_ms] for t in finalists}
-        for _ in range(RETIME_REPEATS):  # interleaved repeats
+        for _ in range(RETIME_REPEATS if len(finalists) > 1 else 0):  # interleaved repeats
             for t in finalists:
                 times[id(t)] += engine.retime(t.point, t.oversample, t.visit, 1)
         for t in finalists:
