@@ -372,20 +372,27 @@ def _logger(prefix: str):
 
 
 def render(args) -> None:
-    from render_calibrate import render_markdown
+    from render_calibrate import NOTES, render_markdown
 
     parts = {p: _load(args.workdir, p) for p in ("shared", "stores", "synthetic", "sizing")}
+    for sub in sorted(p for p in args.workdir.iterdir() if p.is_dir()):
+        more = _load(sub, "shared")  # parts run in their own workdirs (--datasets)
+        if more:
+            parts["shared"] = {**(parts["shared"] or {}), **more}
     tables, notes = render_markdown(parts, TARGET, SLACK)
     _common.write_result(
         HERE / "results" / "calibrate.md",
         "Calibration: the cheapest configuration meeting recall@10 >= 0.95, measured",
-        "python benchmarks/bench_calibrate.py shared --workdir /work/tmp/calib\n"
         "python benchmarks/bench_calibrate.py stores --workdir /work/tmp/calib\n"
-        "python benchmarks/bench_calibrate.py synthetic --workdir /work/tmp/calib\n"
-        "sudo python benchmarks/bench_calibrate.py sizing --workdir /work/tmp/calib\n"
+        "python benchmarks/bench_calibrate.py synthetic --splits 0 --workdir /work/tmp/calib\n"
+        "python benchmarks/bench_calibrate.py shared --datasets spacy-wordvec-300 --grid-splits 1 "
+        "--workdir /work/tmp/calib/spacy\n"
+        "python benchmarks/bench_calibrate.py shared --datasets debian-minilm-384 --grid-splits 1 "
+        "--grid-splits-ivf-minilm 1 --workdir /work/tmp/calib/debian\n"
+        "python benchmarks/bench_calibrate.py sizing --workdir /work/tmp/calib   # root: cgroup\n"
         "python benchmarks/bench_calibrate.py render --workdir /work/tmp/calib",
         tables,
-        notes,
+        [*NOTES, *notes],
     )
 
 

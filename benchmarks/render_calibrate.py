@@ -7,6 +7,26 @@ from collections import Counter
 
 MB = 1 << 20
 
+#: Protocol notes printed under the tables.
+NOTES = [
+    "Target: recall@10 >= 0.95 as the one-sided 95% bootstrap lower bound over the 200 "
+    "calibration queries; a split passes when the chosen configuration, built afresh "
+    "(report.build(), add(base)) and searched with its defaults, has mean recall@10 >= 0.945 "
+    "on the other 800 queries.",
+    "Wall time is one plain bbqlib.calibrate(base, queries[:200], ...) call, exact ground "
+    "truth included. CPU s is the process's CPU time over all its threads in that call: this "
+    "shared 2-core machine ran other jobs at the same time (load average in the table), so "
+    "wall times are inflated several-fold; most of calibration is single-thread search, so "
+    "on an idle machine its wall time is near the CPU figure.",
+    "Splits reuse one bbqlib.calibration.Calibrator per data set and index: encodes, IVF "
+    "lists and per-query results of queries seen in an earlier split are kept (each split's "
+    "choice is made from its own 200 queries' recalls, the same values a fresh calibration "
+    "measures).",
+    "Grid: search='grid' measures every point of the same space at every oversample and "
+    "visit budget, on the first split's 200 queries; its cheapest configuration meeting the "
+    "target is compared with the smart walk's choice on the same queries.",
+]
+
 
 def _table(header: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
