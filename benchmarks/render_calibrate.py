@@ -69,6 +69,8 @@ def _split_rows(shared, synthetic, target, slack):
     for key, r in items:
         sp = r["splits"]
         fresh = [s["fresh_recall"] for s in sp if "fresh_recall" in s]
+        if not fresh:
+            continue
         passes = sum(bool(s.get("passes")) for s in sp)
         labels = Counter(f"{s['label']} ({s['bytes_per_vector']:.0f} B)" for s in sp)
         chosen = "; ".join(f"{n}x {lab}" for lab, n in labels.most_common())
