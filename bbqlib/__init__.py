@@ -7,6 +7,7 @@ that meets a recall target on your vectors (imported on first use, like :func:`s
 """
 
 from ._load import load
+from ._repair import RepairReport, repair
 from ._validation import NotFittedError
 from ._version import __version__
 from .encoding import ENCODINGS, Encoding, encoding_from_wire, get_encoding
@@ -17,6 +18,7 @@ from .quantizers import (
     EncodedVectors,
     Quantizer,
     RaBitQQuantizer,
+    SAQQuantizer,
     ScalarQuantizer,
 )
 from .similarity import Similarity
@@ -34,6 +36,8 @@ __all__ = [
     "NotFittedError",
     "Quantizer",
     "RaBitQQuantizer",
+    "RepairReport",
+    "SAQQuantizer",
     "ScalarQuantizer",
     "Similarity",
     "UnsupportedFormatError",
@@ -42,6 +46,7 @@ __all__ = [
     "get_encoding",
     "get_num_threads",
     "load",
+    "repair",
     "set_num_threads",
     "sizing",
     "thread_limit",

@@ -22,7 +22,16 @@ from .record import Configuration
 from .report import CalibrationReport
 from .search import grid_search, smart_search
 from .sizing import Sizing, sizing
-from .space import FULL_SPACE, OVERSAMPLES, SPACE, STORES, VISITS, FamilySpace, code_points
+from .space import (
+    FULL_SPACE,
+    IVF_STORES,
+    OVERSAMPLES,
+    SPACE,
+    STORES,
+    VISITS,
+    FamilySpace,
+    code_points,
+)
 
 __all__ = [
     "CalibrationReport",
@@ -206,7 +215,10 @@ class Calibrator:
             before = dict(engine.timings)
             sieve = self.screens.get(kind)
             before_screen = dict(sieve.timings) if sieve is not None else {}
-            points = code_points(self.space, kind, self.stores)
+            stores = (
+                self.stores if kind == "flat" else tuple(s for s in self.stores if s in IVF_STORES)
+            )
+            points = code_points(self.space, kind, stores)
             kw = dict(max_bytes=max_bytes_per_vector, max_latency=max_latency_ms, log=log)
             if search == "grid":
                 t, best = grid_search(engine, points, float(target_recall), **kw)

@@ -45,14 +45,15 @@ VECTOR_KINDS = ("float32", "float16", "int8")
 _GATHER_VALUES = 1 << 22
 
 
-def check_store_vectors(value, name: str = "store_vectors"):
-    """``"float32"``, ``"float16"``, ``"int8"`` or ``False`` (``True`` is ``"float32"``)."""
+def check_store_vectors(value, name: str = "store_vectors", kinds=VECTOR_KINDS):
+    """One of ``kinds`` (default ``"float32"``, ``"float16"``, ``"int8"``) or ``False``
+    (``True`` is ``"float32"``)."""
     if isinstance(value, (bool, np.bool_)):
         return "float32" if value else False
-    if isinstance(value, str) and value in VECTOR_KINDS:
+    if isinstance(value, str) and value in kinds:
         return value
     raise ValueError(
-        f"{name} must be one of {', '.join(map(repr, VECTOR_KINDS))}, True (float32) or False "
+        f"{name} must be one of {', '.join(map(repr, kinds))}, True (float32) or False "
         f"(no rerank vectors), got {value!r}"
     )
 

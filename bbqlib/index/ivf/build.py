@@ -9,12 +9,12 @@ one block of rows plus the finished codes is held in RAM.
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 
 import numpy as np
 
 from ..._kernels import ivf as KI
+from ...io.atomic import temp_path
 from .postings import Postings
 
 __all__ = [
@@ -49,7 +49,7 @@ def progress_bar(show: bool, total: int, desc: str):
 
 def work_file(directory: Path, source, fn, d: int):
     """A temporary float32 memmap in ``directory`` holding ``fn`` of each block of ``source``."""
-    path = directory / f".work.{secrets.token_hex(6)}.f32"
+    path = temp_path(directory / "work.f32")  # removed at the next open if we are killed
     blocks = (
         source
         if not isinstance(source, np.ndarray)
@@ -307,28 +307,22 @@ def build(index, source: np.ndarray, show: bool) -> None:
     copy in the quantizer's space (a temporary file next to an index with a ``path``) is what
     is clustered and encoded.
     """
-    from ...scoring.stored import to_stored
     from . import storage as ST
 
     n, d = source.shape
     q = index.quantizer
-    kind = index.store_vectors
     q.fit(fit_sample(source, index.seed))
     batches = prepared_batches(index, source, show, "vectors")
     work = None
     if index.path is not None:
         index.path.mkdir(parents=True, exist_ok=True)
-        if kind == "float32":
+        if index.store_vectors:
             seg = ST.write_segment(index.path, batches, d)
             segments = [seg]
             if q.transform_ is None:
                 W = seg.array
             else:
                 W, work = work_file(index.path, seg.array, q.transform_rows, d)
-        elif kind:  # float16 / int8 segment, then a float32 working copy (a second pass)
-            segments = [ST.write_segment(index.path, batches, d, kind)]
-            again = prepared_batches(index, source, False, "vectors")
-            W, work = work_file(index.path, again, q.transform_rows, d)
         else:
             W, work = work_file(index.path, batches, q.transform_rows, d)
             segments = []
@@ -339,8 +333,7 @@ def build(index, source: np.ndarray, show: bool) -> None:
             stored[start : start + block.shape[0]] = block
             start += block.shape[0]
         W = q.transform_rows(stored)
-        segments = [ST.Segment(to_stored(stored, kind))] if kind else []
-        del stored
+        segments = [ST.Segment(stored)] if index.store_vectors else []
     try:
         index._ntotal = n
         index._segments = segments
@@ -369,8 +362,6 @@ def add_more(index, source: np.ndarray, show: bool) -> None:
     index._assign = np.concatenate([np.asarray(index._assign), assign])
     index._set_deleted(np.concatenate([index._deleted, np.zeros(n, dtype=bool)]))
     if index.store_vectors:
-        from ...scoring.stored import to_stored
-
-        index._segments.append(ST.Segment(to_stored(prepared, index.store_vectors)))
+        index._segments.append(ST.Segment(prepared))
     index._ntotal = n0 + n
     split_large_lists(index)
