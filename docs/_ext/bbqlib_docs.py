@@ -30,6 +30,7 @@ API_MODULES = [
     ("bbqlib.analysis", "Evaluation: recall, ground truth, estimator errors"),
     ("bbqlib.analysis.plots", "Plots"),
     ("bbqlib.io", "Files: vectors, containers, ann-benchmarks HDF5"),
+    ("bbqlib.distributed", "On a Dask cluster: encode, IVF build, sharded search"),
     ("bbqlib.io.exchange", "Exchange format: NumPy, records, Arrow"),
     ("bbqlib.adapters", "Adapters: scorers for other engines"),
     ("bbqlib.adapters.usearch", "usearch adapter"),
