@@ -26,6 +26,7 @@ API_MODULES = [
     ("bbqlib.quantizers", "Quantizers"),
     ("bbqlib.index", "Indexes"),
     ("bbqlib.transforms", "Preconditioning transforms"),
+    ("bbqlib.calibration", "Calibration: the cheapest configuration meeting a recall target"),
     ("bbqlib.analysis", "Evaluation: recall, ground truth, estimator errors"),
     ("bbqlib.analysis.plots", "Plots"),
     ("bbqlib.io", "Files: vectors, containers, ann-benchmarks HDF5"),
