@@ -73,7 +73,7 @@ def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
         raise TypeError(f"index must be a bbqlib index, got {type(index).__name__}")
     if len(index) == 0:
         raise ValueError("index is empty: add vectors before warmup (kernels depend on them)")
-    rerank = getattr(index, "store_vectors", True)  # indexes without vectors search raw
+    rerank = bool(getattr(index, "store_vectors", True))  # indexes without vectors search raw
     with policy.recording() as kernels:
         index.search(_probe_query(index), k=k, rerank=rerank)
     if batch:
