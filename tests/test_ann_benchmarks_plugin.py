@@ -57,6 +57,7 @@ def _needs(name):
 WRAPPERS = [
     pytest.param(BBQFlat, (1,), (3,), None, id="flat"),
     pytest.param(QuantizedFlat, ("rabitq", 1), (3,), None, id="rabitq-flat"),
+    pytest.param(QuantizedFlat, ("saq", 2), (3,), None, id="saq-flat"),
     pytest.param(
         BBQIVF, (1, 128), (50,), None, id="ivf", marks=pytest.mark.slow
     ),  # IVF kernels compile slowly on a cold cache

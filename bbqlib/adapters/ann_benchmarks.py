@@ -87,12 +87,19 @@ def _rabitq(bits: int, similarity: str, **params):
     return RaBitQQuantizer(bits=bits, similarity=similarity, **params)
 
 
+def _saq(bits: float, similarity: str, **params):
+    from ..quantizers import SAQQuantizer
+
+    return SAQQuantizer(bits=bits, similarity=similarity, **params)
+
+
 #: Quantizer flavours of :class:`QuantizedFlat`: name -> ``factory(bits, similarity, **params)``
 #: returning an unfitted bbqlib quantizer. A new flavour is one entry here (and one row in
 #: :data:`bbqlib.adapters.ann_benchmarks_plugin.DEFINITIONS` to benchmark it).
 FLAT_FLAVOURS: dict[str, Callable[..., Any]] = {
     "bbq": _bbq,
     "rabitq": _rabitq,
+    "saq": _saq,
 }
 
 

@@ -106,6 +106,8 @@ DEFINITIONS: tuple[PluginDefinition, ...] = (
     # RaBitQ above 1 bit queries with floats (query_bits="auto"): 4-bit flat scans took
     # ~340 ms a query on debian-minilm-384 (60,710 x 384), too slow for a sweep.
     flat_definition("bbqlib-rabitq-flat", "QuantizedFlat", bits=(1,), base_args=["rabitq"]),
+    # SAQ at an average of 1 and 2 bits a dimension (its plan spends them where the variance is).
+    flat_definition("bbqlib-saq-flat", "QuantizedFlat", bits=(1, 2), base_args=["saq"]),
     PluginDefinition(
         "bbqlib-ivf",
         "BBQIVF",
