@@ -24,6 +24,7 @@ from ..scoring import (
     rerank_keys,
 )
 from .ids import RowIds, filter_rows
+from .single import flat_search_one
 
 __all__ = ["FlatIndex"]
 
@@ -235,6 +236,9 @@ class FlatIndex:
         ids : int64 [nq, k]
             The vectors' ids (``-1`` pads when fewer than ``k`` are found).
         """
+        one = flat_search_one(self, queries, k, oversample, rerank, filter, scores)
+        if one is not None:  # one query: the fused single-query path (index/single.py)
+            return one
         q = self.quantizer
         if not q.is_fitted:
             raise NotFittedError("this FlatIndex is empty; call add(X) first")

@@ -30,6 +30,7 @@ from . import plan as P
 from . import storage as ST
 from .filters import allowed_mask, allowed_per_list
 from .scan import rerank_segments, scan_lists
+from .single import ivf_search_one
 
 __all__ = ["IVFIndex", "CLUSTER_SIZE_RANGE", "MAX_VECTORS"]
 
@@ -376,6 +377,9 @@ class IVFIndex:
             ``"raw"`` (default): squared L2 (ascending) or the inner product / cosine, as
             faiss returns them; ``"similarity"``: Lucene's mapping (higher is better).
         """
+        one = ivf_search_one(self, queries, k, visit_percentage, oversample, rerank, filter, scores)
+        if one is not None:  # one query: the fused single-query path (single.py)
+            return one
         self._check_fitted()
         k = check_k(k)
         check_scores(scores)

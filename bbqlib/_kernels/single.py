@@ -1,0 +1,226 @@
+"""One query per call: the batch kernels' bodies, fused so a single query costs few calls.
+
+Engines call a library one query at a time; the batch path's per-call work in Python
+(validation, packing and unpacking the query codes, planning with NumPy, merges by
+``lexsort``) then costs more than the scan. These kernels run a single query's steps in one
+compiled call each, on the calling thread, by calling the *same* compiled bodies the batch
+kernels use (``_quantize_range``, ``_scan_lut_range``, the serial twins of
+``quantize_pairs``, ``ivf_scan_lut``, ``estimate_bytes`` and ``dedup_topk_rows``), so their
+results are bit for bit the batch path's:
+
+* :func:`prepare_one`: the finiteness check and squared norm of one float32 row (and the
+  cosine normalization), what ``check_vectors`` + ``prepare_for_similarity`` compute;
+* :func:`flat_lut_one`: query codes against the centroid, lookup tables straight from the
+  codes (no plane packing), the lookup-table scan of every doc, the heap sorted best first;
+* :func:`ivf_plan_one`: the 7-bit ranking of every list and the visit budget (indexes
+  without parent centroids);
+* :func:`ivf_lut_one`: the query coded against each visited list's centre, the list scan,
+  the SOAR de-duplication;
+* :func:`best_k`: the best ``k`` of exact values, by (key desc, row asc).
+
+The exact rerank between them is the one exact kernel's serial body
+(:mod:`bbqlib._kernels.rerank`), called directly. ``tests/reference/single.py`` is the
+NumPy reference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import ivf as KI
+from . import scoring as KS
+from .lanes import lane_dots
+from .lut import _scan_lut_range, ivf_scan_lut, tables_from_codes
+from .osq import _quantize_range
+from .policy import kernel
+
+__all__ = ["prepare_one", "flat_lut_one", "ivf_plan_one", "ivf_lut_one", "best_k"]
+
+EMPTY_ID = KS.EMPTY_ID
+
+# The single-threaded twins of the batch kernels (numba dispatchers, callable from here).
+_estimate_bytes = KS.estimate_bytes.serial
+_quantize_pairs = KI.quantize_pairs.serial
+_ivf_scan_lut = ivf_scan_lut.serial
+_dedup_topk_rows = KI.dedup_topk_rows.serial
+
+
+@kernel
+def prepare_one(x, cosine, out):
+    """Squared norm (float64 lane sum, ``inf`` / ``nan`` when not finite) of the float32
+    row ``x``; with ``cosine`` (and a finite, non-zero norm) ``out = float32(x / ||x||)``.
+
+    The arithmetic of ``bbqlib._validation.row_sq_norms`` and ``normalize_rows``.
+    """
+    sq = lane_dots(x, (x,))[0]
+    if cosine and np.isfinite(sq) and sq > 0.0:
+        norm = np.sqrt(sq)
+        for j in range(x.shape[0]):
+            out[j] = np.float32(np.float64(x[j]) / norm)
+    return sq
+
+
+@kernel(inline="always")
+def _osq_row(q2, centroid, bits, iters, lam, euclidean, codes2, qf):
+    """OSQ of the one row of ``q2`` into ``codes2[0, :d]``; factor row ``qf`` float64 [4] as
+    the batch path builds it from ``quantize_rows`` (``(a, (b - a) / levels, Σk, add)``)."""
+    lower = np.empty(1, dtype=np.float32)
+    upper = np.empty(1, dtype=np.float32)
+    additional = np.empty(1, dtype=np.float32)
+    component_sum = np.empty(1, dtype=np.int64)
+    _quantize_range(
+        q2, centroid, bits, iters, lam, euclidean, codes2, lower, upper, additional,
+        component_sum, 0, 1,
+    )  # fmt: skip
+    qf[0] = lower[0]
+    qf[1] = (np.float64(upper[0]) - lower[0]) / float((1 << bits) - 1)
+    qf[2] = component_sum[0]
+    qf[3] = additional[0]
+
+
+@kernel(inline="always")
+def _sort_heap(keys, ids, out_keys, out_ids):
+    """Heap entries by (key desc, id asc) into ``out_*`` (``-inf`` / ``-1`` for empty slots);
+    returns how many are filled."""
+    h = keys.shape[0]
+    by_id = np.argsort(ids, kind="mergesort")
+    neg = np.empty(h, dtype=np.float64)
+    for r in range(h):
+        neg[r] = -keys[by_id[r]]
+    order = np.argsort(neg, kind="mergesort")
+    m = 0
+    for r in range(h):
+        idx = ids[by_id[order[r]]]
+        if idx == EMPTY_ID:
+            out_keys[r] = -np.inf
+            out_ids[r] = -1
+        else:
+            out_keys[r] = keys[by_id[order[r]]]
+            out_ids[r] = idx
+            m += 1
+    return m
+
+
+@kernel
+def flat_lut_one(
+    q2, centroid, bits, iters, lam, euclidean, width, tables2, blocks, cols, planes, pairs,
+    n, dim, cc, is_l2, allowed, out_keys, out_ids,
+):  # fmt: skip
+    """Top ``len(out_keys)`` docs of one query by the lookup-table scan: ``(keys, rows)``
+    best first (``-inf`` / ``-1`` padding); returns how many were found.
+
+    ``q2`` float32 [1, d] (prepared, transformed); the query is coded at ``bits`` against
+    ``centroid`` (``iters`` optimizer steps); ``tables2`` uint8 [1, 2 * pairs * 32] receives
+    its tables. The rest are :func:`bbqlib._kernels.lut.scan_lut`'s arguments.
+    """
+    codes2 = np.zeros((1, width), dtype=np.uint8)
+    qf = np.empty((1, 4), dtype=np.float64)
+    _osq_row(q2, centroid, bits, iters, lam, euclidean, codes2, qf[0])
+    tables_from_codes(codes2[0], pairs, tables2[0])
+    k = out_keys.shape[0]
+    keys = np.full((1, k), -np.inf)
+    ids = np.full((1, k), EMPTY_ID, dtype=np.int64)
+    _scan_lut_range(
+        tables2, qf, blocks, cols, planes, pairs, n, dim, cc, is_l2, allowed, 0, keys, ids,
+        0, blocks.shape[0],
+    )  # fmt: skip
+    return _sort_heap(keys[0], ids[0], out_keys, out_ids)
+
+
+@kernel
+def ivf_plan_one(
+    q2, g, gg, codes, factors, cc, sizes, bits, iters, lam, is_l2, by_distance, need, out_lists
+):
+    """Lists one query visits, best first, until their entries reach ``need``: returns the
+    count written to ``out_lists`` (int32 [K]).
+
+    Lists are ranked as ``bbqlib.index.ivf.plan.rank_lists`` does without parents: the query
+    coded at ``bits`` against the centroids' mean ``g``, the byte estimate of every centroid
+    code, ``-d²`` (or ``2 <q, c> - ||c||²`` when ranking an inner-product index by distance),
+    best first with the lower list id among ties; then ``plan_visits``' rule.
+    """
+    K = codes.shape[0]
+    d = q2.shape[1]
+    qb = np.zeros((1, d), dtype=np.uint8)
+    qf = np.empty((1, 4), dtype=np.float64)
+    _osq_row(q2, g, bits, iters, lam, is_l2, qb, qf[0])
+    raw = np.empty((1, K), dtype=np.float64)
+    _estimate_bytes(qb, qf, codes, factors, d, gg, is_l2, raw)
+    neg = np.empty(K, dtype=np.float64)
+    for j in range(K):
+        key = -raw[0, j] if is_l2 else raw[0, j]
+        if by_distance and not is_l2:
+            key = 2.0 * key - cc[j]
+        neg[j] = -key
+    order = np.argsort(neg, kind="mergesort")
+    total = 0
+    count = 0
+    for r in range(K):
+        lst = order[r]
+        out_lists[count] = lst
+        count += 1
+        total += sizes[lst]
+        if total >= need:
+            break
+    return count
+
+
+@kernel
+def ivf_lut_one(
+    q2, centroids, lists, bits, lam, euclidean, width, list_start, list_block_start, blocks,
+    df, ids, list_cc, planes, pairs, dim, allowed, heap, out_keys, out_ids,
+):  # fmt: skip
+    """Best distinct entries of one query's visited ``lists`` (int32 [P]): the query coded
+    against each list's centre (one optimizer step, as ``query_pairs``), the lookup-table
+    list scan into a heap of ``heap`` entries, the SOAR de-duplication into ``out_keys`` /
+    ``out_ids`` [1, depth] (best first, ``-inf`` / ``-1`` padding). Returns the entries
+    scored."""
+    P = lists.shape[0]
+    pair_query = np.zeros(P, dtype=np.int64)
+    pair_list = lists.astype(np.int64)
+    qcodes = np.zeros((P, width), dtype=np.uint8)
+    qf = np.empty((P, 4), dtype=np.float64)
+    _quantize_pairs(q2, centroids, pair_query, pair_list, bits, 1, lam, euclidean, 0, qcodes, qf)
+    pair_start = np.zeros(2, dtype=np.int64)
+    pair_start[1] = P
+    keys = np.full((1, heap), -np.inf)
+    hids = np.full((1, heap), EMPTY_ID, dtype=np.int64)
+    _ivf_scan_lut(
+        qcodes, qf, lists, pair_start, list_start, list_block_start, blocks, df, ids, list_cc,
+        planes, pairs, dim, euclidean, allowed, keys, hids,
+    )  # fmt: skip
+    _dedup_topk_rows(keys, hids, out_keys, out_ids)
+    entries = 0
+    for p in range(P):
+        entries += list_start[lists[p] + 1] - list_start[lists[p]]
+    return entries
+
+
+@kernel
+def best_k(raw, cand, is_distance, out_raw, out_rows):
+    """The best ``len(out_raw)`` of exact values ``raw`` float64 [m] of candidate rows
+    ``cand`` int64 [m] (``-1``: none), by (key desc, row asc) with key ``-raw`` for
+    distances and ``raw`` otherwise: their raw values and rows, padded with ``nan`` / ``-1``.
+    Returns how many were found (``rerank_keys`` then ``finish``)."""
+    m = cand.shape[0]
+    keys = np.empty(m, dtype=np.float64)
+    ids = np.empty(m, dtype=np.int64)
+    for j in range(m):
+        if cand[j] < 0:
+            keys[j] = -np.inf
+            ids[j] = EMPTY_ID
+        else:
+            keys[j] = -raw[j] if is_distance else raw[j]
+            ids[j] = cand[j]
+    k = out_raw.shape[0]
+    sk = np.empty(m, dtype=np.float64)
+    si = np.empty(m, dtype=np.int64)
+    found = _sort_heap(keys, ids, sk, si)
+    for r in range(k):
+        if r < found and r < m:
+            out_raw[r] = -sk[r] if is_distance else sk[r]
+            out_rows[r] = si[r]
+        else:
+            out_raw[r] = np.nan
+            out_rows[r] = -1
+    return min(found, k)

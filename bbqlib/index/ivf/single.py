@@ -1,0 +1,116 @@
+"""``IVFIndex.search`` of one query in three compiled calls (plan, list scan, rerank).
+
+See :mod:`bbqlib.index.single`: the fast path answers one float32 query when the quantizer
+scans with the lookup-table kernels, nothing is filtered or deleted and the float vectors
+are one float32 segment; otherwise it returns None and the batch path runs. The results and
+``last_search_stats`` are the batch path's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..._kernels import single as KO
+from ...encoding import padded_dim
+from ...quantizers.osq import DEFAULT_ITERS, DEFAULT_LAMBDA
+from ...scoring import SCORE_KINDS, candidate_count, check_oversample
+from ...similarity import Similarity
+from ..single import float_rows, lut_osq, one_query, prepared_query, rerank_finish
+from . import plan as P
+
+__all__ = ["ivf_search_one"]
+
+_EMPTY_MASK = np.empty(0, np.uint8)
+
+
+def _state(index):
+    """What the fast path needs of the index as it is now (kept until the next change)."""
+    postings = index._postings
+    key = (postings, index._segments, len(index._segments), index._table, index._C)
+    cached = getattr(index, "_single_state", None)
+    if cached is not None:
+        old = cached[0]
+        if old[2] == key[2] and all(old[i] is key[i] for i in (0, 1, 3, 4)):
+            return cached[1]
+    state = False
+    q = index.quantizer
+    if lut_osq(q) and len(index._segments) == 1:
+        blocks, block_starts = postings.lut_layout()
+        state = {
+            "blocks": blocks,
+            "block_starts": block_starts,
+            "sizes": postings.sizes,
+            "vectors": float_rows(index._segments[0].array),
+            "C": np.ascontiguousarray(index._C, dtype=np.float32),
+        }
+    index._single_state = (key, state)
+    return state
+
+
+def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filter, scores):
+    """``IVFIndex.search`` of one query, or None where the batch path must run."""
+    if not index._fitted or filter is not None or index._n_deleted:
+        return None
+    if not (rerank is True or rerank is False) or (rerank and not index.store_vectors):
+        return None
+    if type(k) is not int or k < 1 or scores not in SCORE_KINDS:
+        return None
+    if visit_percentage is not None:
+        if type(visit_percentage) not in (int, float) or not 0.0 < visit_percentage <= 100.0:
+            return None
+    q = index.quantizer
+    x = one_query(queries, q.dim_)
+    if x is None:
+        return None
+    state = _state(index)
+    if state is False or (rerank and state["vectors"] is None):
+        return None
+    sim = q.similarity_
+    Qp = prepared_query(x, sim)
+    if Qp is None:
+        return None
+    oversample = check_oversample(oversample, q.encoding_.default_oversample)
+    n_live = len(index)
+    depth = candidate_count(k, oversample, n_live) if rerank else min(k, n_live)
+    if depth == 0:
+        return None
+    ntotal = index._ntotal
+    vp = None if visit_percentage is None else float(visit_percentage)
+    ratio = vp / 100.0 if vp is not None else P.dynamic_visit_ratio(ntotal, depth)
+    heap = 2 * depth
+    need = max(2.0 * ratio * ntotal, heap)
+    Qt = q.transform_rows(Qp)
+    table = index._table
+    is_l2 = sim.is_distance
+    by_distance = sim is not Similarity.MAX_INNER_PRODUCT
+    sizes = state["sizes"]
+    if table.has_parents:
+        lists = P.plan_batch(Qt, table, sizes, is_l2, by_distance, ratio, need, heap)[0]
+    else:
+        lists = np.empty(sizes.shape[0], dtype=np.int32)
+        count = KO.ivf_plan_one(
+            Qt, table.g, table.gg, table.codes, table.factors, table.cc, sizes,
+            P.CENTROID_BITS, DEFAULT_ITERS, DEFAULT_LAMBDA, is_l2, by_distance or is_l2,
+            float(need), lists,
+        )  # fmt: skip
+        lists = lists[:count]
+    postings = index._postings
+    postings.check(lists, blocks=True)
+    enc = q.encoding_
+    dim = q.dim_
+    width = padded_dim(dim)
+    keys = np.empty((1, min(depth, heap)), dtype=np.float64)
+    rows = np.empty((1, min(depth, heap)), dtype=np.int64)
+    entries = KO.ivf_lut_one(
+        Qt, state["C"], lists, enc.query_bits, q.lam, is_l2, width, postings.start,
+        state["block_starts"], state["blocks"], postings.factors, postings.ids, index._list_cc,
+        enc.doc_planes, width // 8, dim, _EMPTY_MASK, heap, keys, rows,
+    )  # fmt: skip
+    index.last_search_stats = {
+        "lists_visited": float(lists.size),
+        "entries_scored": float(entries),
+        "visited_fraction": entries / max(1, 2 * ntotal),
+        "depth": depth,
+    }
+    out, rows = rerank_finish(Qp, state["vectors"], keys[0], rows[0], k, sim, rerank, scores)
+    return out, index._row_ids.of_rows(rows)

@@ -1,0 +1,169 @@
+"""The single-query path of both indexes: one query per call in a few compiled calls.
+
+``FlatIndex.search`` and ``IVFIndex.search`` call :func:`flat_search_one` /
+:func:`bbqlib.index.ivf.single.ivf_search_one` first; they answer a query given as a
+float32 array of shape ``[d]`` or ``[1, d]`` (C-contiguous) when the quantizer scans with
+the lookup-table kernels (``BBQQuantizer`` at <= 4 query bits on AVX2 CPUs, the default),
+and return ``None`` otherwise, so the general path runs (and raises the usual errors for
+bad input). The results are the general path's, bit for bit: the same compiled bodies run
+(:mod:`bbqlib._kernels.single`), on the calling thread, with the GIL released.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._kernels import rerank as KR
+from .._kernels import single as KO
+from .._validation import UNIT_NORM_TOLERANCE
+from ..encoding import padded_dim
+from ..quantizers import BBQQuantizer
+from ..scoring import SCORE_KINDS, candidate_count, check_oversample, exact_mode, use_lut
+from ..similarity import Similarity, scores_from_raw
+
+__all__ = ["one_query", "prepared_query", "lut_osq", "rerank_finish", "flat_search_one"]
+
+_RANGE = {KR.INNER_PRODUCT: KR._dots_range, KR.SQUARED_L2: KR._sqdists_range}
+_EMPTY_MASK = np.empty(0, np.uint8)
+
+
+def one_query(queries, dim: int) -> np.ndarray | None:
+    """``queries`` as a float32 row [d] (no copy) when it is one C-contiguous float32 query
+    of dimension ``dim``, else None."""
+    if type(queries) is not np.ndarray or queries.dtype != np.float32:
+        return None
+    if queries.ndim == 2 and queries.shape[0] == 1:
+        queries = queries[0]
+    if queries.ndim != 1 or queries.shape[0] != dim or not queries.flags.c_contiguous:
+        return None
+    return queries
+
+
+def prepared_query(x: np.ndarray, similarity: Similarity) -> np.ndarray | None:
+    """One query row as ``prepare_for_similarity`` makes it, as [1, d] (normalized for
+    cosine, a new array then); None when it breaks a rule (the general path raises)."""
+    cosine = similarity is Similarity.COSINE
+    out = np.empty_like(x) if cosine else x
+    sq = KO.prepare_one(x, cosine, out)
+    if not np.isfinite(sq):
+        return None
+    if cosine and sq == 0.0:
+        return None
+    if similarity is Similarity.DOT_PRODUCT and abs(sq - 1.0) > UNIT_NORM_TOLERANCE:
+        return None
+    return out.reshape(1, -1)
+
+
+def lut_osq(q) -> bool:
+    """Whether quantizer ``q`` codes queries as :class:`BBQQuantizer` does (bbqlib's OSQ
+    arithmetic) at a width the lookup-table scan serves."""
+    from ..quantizers import lucene_osq
+
+    if not isinstance(q, BBQQuantizer) or lucene_osq.is_lucene(q):
+        return False
+    cls = type(q)
+    if cls._query_codes is not BBQQuantizer._query_codes:
+        return False
+    for name in ("topk_keys", "query_pairs", "_validated"):
+        if getattr(cls, name) is not getattr(BBQQuantizer, name):
+            return False
+    enc = q.encoding_
+    return enc.query_bits is not None and use_lut(enc.query_planes, enc.layout)
+
+
+def float_rows(vectors) -> np.ndarray | None:
+    """The float vectors as the exact kernel takes them (float32), else None."""
+    if vectors is None:
+        return None
+    vec = vectors.view(np.ndarray) if isinstance(vectors, np.memmap) else vectors
+    if type(vec) is not np.ndarray or vec.dtype != np.float32 or not vec.flags.c_contiguous:
+        return None
+    return vec
+
+
+def rerank_finish(Qp, vectors, keys, rows, k: int, similarity: Similarity, rerank: bool, scores):
+    """Exact rerank of candidate ``rows`` [m] (``-1`` padding; ``keys`` their estimated keys,
+    best first) and the exit: ``(scores float32 [1, k], rows int64 [1, k])`` as
+    ``rerank_keys`` + ``finish`` make them."""
+    dist = similarity.is_distance
+    out_raw = np.empty(k, dtype=np.float64)
+    out_rows = np.empty(k, dtype=np.int64)
+    if rerank:
+        cand = rows.reshape(1, -1)
+        raw = np.empty(cand.shape, dtype=np.float64)
+        _RANGE[exact_mode(similarity)](Qp, vectors, cand, np.empty(cand.shape, np.int64), raw, 0, 1)
+        KO.best_k(raw[0], rows, dist, out_raw, out_rows)
+    else:
+        m = min(k, rows.shape[0])
+        out_raw[:m] = -keys[:m] if dist else keys[:m]
+        out_raw[m:] = np.nan
+        out_rows[:m] = rows[:m]
+        out_rows[m:] = -1
+    valid = out_rows >= 0
+    if scores == "similarity":
+        values = scores_from_raw(similarity, np.where(valid, out_raw, 0.0))
+        pad = -np.inf
+    else:
+        values = out_raw
+        pad = np.inf if dist else -np.inf
+    out = np.where(valid, values, pad).astype(np.float32)
+    return out.reshape(1, k), out_rows.reshape(1, k)
+
+
+def _flat_state(index, q, codes):
+    """What the flat fast path needs of ``codes`` (kept with them), or False."""
+    key = ("single", q.fingerprint_)
+    state = codes._cache.get(key)
+    if state is None:
+        state = False
+        if lut_osq(q):
+            d = q._cached_doc_codes(codes)
+            blocks, cols = d.lut_layout()
+            state = (d, blocks, cols, np.ascontiguousarray(q.centroid_, dtype=np.float32))
+        codes._cache[key] = state
+    return state
+
+
+def flat_search_one(index, queries, k, oversample, rerank, filter, scores):
+    """``FlatIndex.search`` of one query, or None where the general path must run."""
+    q = index.quantizer
+    if not q.is_fitted or filter is not None or not (rerank is True or rerank is False):
+        return None
+    if type(k) is not int or k < 1 or scores not in SCORE_KINDS:
+        return None
+    x = one_query(queries, q.dim_)
+    if x is None:
+        return None
+    codes, vectors = index._parts()
+    if codes is None or len(codes) == 0:
+        return None
+    if rerank:
+        vectors = float_rows(vectors)
+        if vectors is None or not index.store_vectors:
+            return None
+    state = _flat_state(index, q, codes)
+    if state is False:
+        return None
+    sim = q.similarity_
+    Qp = prepared_query(x, sim)
+    if Qp is None:
+        return None
+    oversample = check_oversample(oversample, q.encoding_.default_oversample)
+    allowed = index._allowed(None)
+    mask = _EMPTY_MASK if allowed is None else np.ascontiguousarray(allowed, np.uint8)
+    d, blocks, cols, centroid = state
+    n = len(d)
+    depth = candidate_count(k, oversample, n) if rerank else min(k, n)
+    Qt = np.ascontiguousarray(q._rotated(Qp), dtype=np.float32)
+    enc = q.encoding_
+    width = padded_dim(q.dim_)
+    pairs = d.words * 8
+    keys = np.empty(depth, dtype=np.float64)
+    rows = np.empty(depth, dtype=np.int64)
+    KO.flat_lut_one(
+        Qt, centroid, enc.query_bits, q.iters, q.lam, sim.is_distance, width,
+        np.empty((1, 2 * pairs * 32), np.uint8), blocks, cols, d.planes, pairs, n, d.dim,
+        d.centroid_dot, d.is_l2, mask, keys, rows,
+    )  # fmt: skip
+    out, rows = rerank_finish(Qp, vectors, keys, rows, k, sim, rerank, scores)
+    return out, index._ids.of_rows(rows)
