@@ -16,11 +16,11 @@ results are bit for bit the batch path's:
   without parent centroids);
 * :func:`ivf_lut_one`: the query coded against each visited list's centre, the list scan,
   the SOAR de-duplication;
-* :func:`best_k`: the best ``k`` of exact values, by (key desc, row asc).
+* :func:`rerank_dots` / :func:`rerank_sqdists`: the exact kernel's serial body
+  (:mod:`bbqlib._kernels.rerank`) over the candidates, then the best ``k`` by (key desc,
+  row asc) as ``rerank_keys`` + ``finish`` give them (:func:`best_k` alone).
 
-The exact rerank between them is the one exact kernel's serial body
-(:mod:`bbqlib._kernels.rerank`), called directly. ``tests/reference/single.py`` is the
-NumPy reference.
+``tests/reference/single.py`` is the NumPy reference.
 """
 
 from __future__ import annotations
@@ -30,11 +30,20 @@ import numpy as np
 from . import ivf as KI
 from . import scoring as KS
 from .lanes import lane_dots
-from .lut import _scan_lut_range, ivf_scan_lut, tables_from_codes
+from .lut import LANES, _scan_lut_range, ivf_scan_lut, tables_from_codes
 from .osq import _quantize_range
 from .policy import kernel
+from .rerank import _dots_range, _sqdists_range
 
-__all__ = ["prepare_one", "flat_lut_one", "ivf_plan_one", "ivf_lut_one", "best_k"]
+__all__ = [
+    "prepare_one",
+    "flat_lut_one",
+    "ivf_plan_one",
+    "ivf_lut_one",
+    "best_k",
+    "rerank_dots",
+    "rerank_sqdists",
+]
 
 EMPTY_ID = KS.EMPTY_ID
 
@@ -103,36 +112,36 @@ def _sort_heap(keys, ids, out_keys, out_ids):
 
 @kernel
 def flat_lut_one(
-    q2, centroid, bits, iters, lam, euclidean, width, tables2, blocks, cols, planes, pairs,
-    n, dim, cc, is_l2, allowed, out_keys, out_ids,
+    q2, centroid, bits, iters, lam, euclidean, width, blocks, cols, planes, pairs,
+    n, dim, cc, is_l2, allowed, k,
 ):  # fmt: skip
-    """Top ``len(out_keys)`` docs of one query by the lookup-table scan: ``(keys, rows)``
-    best first (``-inf`` / ``-1`` padding); returns how many were found.
+    """Top ``k`` docs of one query by the lookup-table scan: ``(keys, rows)`` best first
+    (``-inf`` / ``-1`` padding).
 
     ``q2`` float32 [1, d] (prepared, transformed); the query is coded at ``bits`` against
-    ``centroid`` (``iters`` optimizer steps); ``tables2`` uint8 [1, 2 * pairs * 32] receives
-    its tables. The rest are :func:`bbqlib._kernels.lut.scan_lut`'s arguments.
+    ``centroid`` (``iters`` optimizer steps) and its tables are made from the codes (no
+    plane packing); the rest are :func:`bbqlib._kernels.lut.scan_lut`'s arguments.
     """
     codes2 = np.zeros((1, width), dtype=np.uint8)
     qf = np.empty((1, 4), dtype=np.float64)
     _osq_row(q2, centroid, bits, iters, lam, euclidean, codes2, qf[0])
+    tables2 = np.empty((1, 2 * pairs * LANES), dtype=np.uint8)
     tables_from_codes(codes2[0], pairs, tables2[0])
-    k = out_keys.shape[0]
     keys = np.full((1, k), -np.inf)
     ids = np.full((1, k), EMPTY_ID, dtype=np.int64)
     _scan_lut_range(
         tables2, qf, blocks, cols, planes, pairs, n, dim, cc, is_l2, allowed, 0, keys, ids,
         0, blocks.shape[0],
     )  # fmt: skip
-    return _sort_heap(keys[0], ids[0], out_keys, out_ids)
+    out_keys = np.empty(k, dtype=np.float64)
+    out_ids = np.empty(k, dtype=np.int64)
+    _sort_heap(keys[0], ids[0], out_keys, out_ids)
+    return out_keys, out_ids
 
 
 @kernel
-def ivf_plan_one(
-    q2, g, gg, codes, factors, cc, sizes, bits, iters, lam, is_l2, by_distance, need, out_lists
-):
-    """Lists one query visits, best first, until their entries reach ``need``: returns the
-    count written to ``out_lists`` (int32 [K]).
+def ivf_plan_one(q2, g, gg, codes, factors, cc, sizes, bits, iters, lam, is_l2, by_distance, need):
+    """Lists one query visits, best first, until their entries reach ``need`` (int32 [P]).
 
     Lists are ranked as ``bbqlib.index.ivf.plan.rank_lists`` does without parents: the query
     coded at ``bits`` against the centroids' mean ``g``, the byte estimate of every centroid
@@ -153,6 +162,7 @@ def ivf_plan_one(
             key = 2.0 * key - cc[j]
         neg[j] = -key
     order = np.argsort(neg, kind="mergesort")
+    out_lists = np.empty(K, dtype=np.int32)
     total = 0
     count = 0
     for r in range(K):
@@ -162,19 +172,19 @@ def ivf_plan_one(
         total += sizes[lst]
         if total >= need:
             break
-    return count
+    return out_lists[:count]
 
 
 @kernel
 def ivf_lut_one(
     q2, centroids, lists, bits, lam, euclidean, width, list_start, list_block_start, blocks,
-    df, ids, list_cc, planes, pairs, dim, allowed, heap, out_keys, out_ids,
+    df, ids, list_cc, planes, pairs, dim, allowed, heap, depth,
 ):  # fmt: skip
     """Best distinct entries of one query's visited ``lists`` (int32 [P]): the query coded
     against each list's centre (one optimizer step, as ``query_pairs``), the lookup-table
-    list scan into a heap of ``heap`` entries, the SOAR de-duplication into ``out_keys`` /
-    ``out_ids`` [1, depth] (best first, ``-inf`` / ``-1`` padding). Returns the entries
-    scored."""
+    list scan into a heap of ``heap`` entries, the SOAR de-duplication to the best
+    ``min(depth, heap)``. Returns ``(keys, rows, entries scored)``, best first (``-inf`` /
+    ``-1`` padding)."""
     P = lists.shape[0]
     pair_query = np.zeros(P, dtype=np.int64)
     pair_list = lists.astype(np.int64)
@@ -189,19 +199,21 @@ def ivf_lut_one(
         qcodes, qf, lists, pair_start, list_start, list_block_start, blocks, df, ids, list_cc,
         planes, pairs, dim, euclidean, allowed, keys, hids,
     )  # fmt: skip
+    out_keys = np.empty((1, min(depth, heap)), dtype=np.float64)
+    out_ids = np.empty((1, min(depth, heap)), dtype=np.int64)
     _dedup_topk_rows(keys, hids, out_keys, out_ids)
     entries = 0
     for p in range(P):
         entries += list_start[lists[p] + 1] - list_start[lists[p]]
-    return entries
+    return out_keys[0], out_ids[0], entries
 
 
-@kernel
-def best_k(raw, cand, is_distance, out_raw, out_rows):
-    """The best ``len(out_raw)`` of exact values ``raw`` float64 [m] of candidate rows
-    ``cand`` int64 [m] (``-1``: none), by (key desc, row asc) with key ``-raw`` for
-    distances and ``raw`` otherwise: their raw values and rows, padded with ``nan`` / ``-1``.
-    Returns how many were found (``rerank_keys`` then ``finish``)."""
+@kernel(inline="always")
+def _best_k(raw, cand, is_distance, k, pad):
+    """The best ``k`` of exact values ``raw`` float64 [m] of candidate rows ``cand`` int64
+    [m] (``-1``: none), by (key desc, row asc) with key ``-raw`` for distances and ``raw``
+    otherwise, as ``rerank_keys`` then ``finish`` give them: ``(values float64 [1, k], rows
+    int64 [1, k])``, missing ones ``pad`` / ``-1``."""
     m = cand.shape[0]
     keys = np.empty(m, dtype=np.float64)
     ids = np.empty(m, dtype=np.int64)
@@ -212,15 +224,41 @@ def best_k(raw, cand, is_distance, out_raw, out_rows):
         else:
             keys[j] = -raw[j] if is_distance else raw[j]
             ids[j] = cand[j]
-    k = out_raw.shape[0]
     sk = np.empty(m, dtype=np.float64)
     si = np.empty(m, dtype=np.int64)
     found = _sort_heap(keys, ids, sk, si)
+    out_raw = np.empty((1, k), dtype=np.float64)
+    out_rows = np.empty((1, k), dtype=np.int64)
     for r in range(k):
-        if r < found and r < m:
-            out_raw[r] = -sk[r] if is_distance else sk[r]
-            out_rows[r] = si[r]
+        if r < found:
+            out_raw[0, r] = -sk[r] if is_distance else sk[r]
+            out_rows[0, r] = si[r]
         else:
-            out_raw[r] = np.nan
-            out_rows[r] = -1
-    return min(found, k)
+            out_raw[0, r] = pad
+            out_rows[0, r] = -1
+    return out_raw, out_rows
+
+
+@kernel
+def best_k(raw, cand, is_distance, k, pad):
+    """:func:`_best_k` on its own (exact values computed elsewhere)."""
+    return _best_k(raw, cand, is_distance, k, pad)
+
+
+@kernel
+def rerank_dots(query2, vectors, cand, k, pad):
+    """Exact inner products of the query [1, d] with candidate rows ``cand`` int64 [m]
+    (``-1``: none) by the exact kernel's body, then :func:`_best_k`."""
+    c2 = cand.reshape(1, cand.shape[0])
+    raw = np.empty(c2.shape, dtype=np.float64)
+    _dots_range(query2, vectors, c2, np.empty(c2.shape, dtype=np.int64), raw, 0, 1)
+    return _best_k(raw[0], cand, False, k, pad)
+
+
+@kernel
+def rerank_sqdists(query2, vectors, cand, k, pad):
+    """:func:`rerank_dots` with exact squared distances."""
+    c2 = cand.reshape(1, cand.shape[0])
+    raw = np.empty(c2.shape, dtype=np.float64)
+    _sqdists_range(query2, vectors, c2, np.empty(c2.shape, dtype=np.int64), raw, 0, 1)
+    return _best_k(raw[0], cand, True, k, pad)

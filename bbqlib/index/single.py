@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._kernels import rerank as KR
 from .._kernels import single as KO
 from .._validation import UNIT_NORM_TOLERANCE
 from ..encoding import padded_dim
 from ..quantizers import BBQQuantizer
-from ..scoring import SCORE_KINDS, candidate_count, check_oversample, exact_mode, use_lut
+from ..scoring import SCORE_KINDS, candidate_count, check_oversample, use_lut
 from ..similarity import Similarity, scores_from_raw
 
 __all__ = ["one_query", "prepared_query", "lut_osq", "rerank_finish", "flat_search_one"]
 
-_RANGE = {KR.INNER_PRODUCT: KR._dots_range, KR.SQUARED_L2: KR._sqdists_range}
 _EMPTY_MASK = np.empty(0, np.uint8)
 
 
@@ -86,28 +84,24 @@ def rerank_finish(Qp, vectors, keys, rows, k: int, similarity: Similarity, reran
     best first) and the exit: ``(scores float32 [1, k], rows int64 [1, k])`` as
     ``rerank_keys`` + ``finish`` make them."""
     dist = similarity.is_distance
-    out_raw = np.empty(k, dtype=np.float64)
-    out_rows = np.empty(k, dtype=np.int64)
+    pad = np.inf if dist and scores == "raw" else -np.inf
     if rerank:
-        cand = rows.reshape(1, -1)
-        raw = np.empty(cand.shape, dtype=np.float64)
-        _RANGE[exact_mode(similarity)](Qp, vectors, cand, np.empty(cand.shape, np.int64), raw, 0, 1)
-        KO.best_k(raw[0], rows, dist, out_raw, out_rows)
+        if dist:
+            raw, out_rows = KO.rerank_sqdists(Qp, vectors, rows, k, pad)
+        else:
+            raw, out_rows = KO.rerank_dots(Qp, vectors, rows, k, pad)
     else:
         m = min(k, rows.shape[0])
-        out_raw[:m] = -keys[:m] if dist else keys[:m]
-        out_raw[m:] = np.nan
-        out_rows[:m] = rows[:m]
-        out_rows[m:] = -1
+        raw = np.full((1, k), pad)
+        out_rows = np.full((1, k), -1, dtype=np.int64)
+        valid = rows[:m] >= 0
+        raw[0, :m] = np.where(valid, -keys[:m] if dist else keys[:m], pad)
+        out_rows[0, :m] = np.where(valid, rows[:m], -1)
+    if scores == "raw":
+        return raw.astype(np.float32), out_rows
     valid = out_rows >= 0
-    if scores == "similarity":
-        values = scores_from_raw(similarity, np.where(valid, out_raw, 0.0))
-        pad = -np.inf
-    else:
-        values = out_raw
-        pad = np.inf if dist else -np.inf
-    out = np.where(valid, values, pad).astype(np.float32)
-    return out.reshape(1, k), out_rows.reshape(1, k)
+    values = scores_from_raw(similarity, np.where(valid, raw, 0.0))
+    return np.where(valid, values, pad).astype(np.float32), out_rows
 
 
 def _flat_state(index, q, codes):
@@ -158,12 +152,9 @@ def flat_search_one(index, queries, k, oversample, rerank, filter, scores):
     enc = q.encoding_
     width = padded_dim(q.dim_)
     pairs = d.words * 8
-    keys = np.empty(depth, dtype=np.float64)
-    rows = np.empty(depth, dtype=np.int64)
-    KO.flat_lut_one(
-        Qt, centroid, enc.query_bits, q.iters, q.lam, sim.is_distance, width,
-        np.empty((1, 2 * pairs * 32), np.uint8), blocks, cols, d.planes, pairs, n, d.dim,
-        d.centroid_dot, d.is_l2, mask, keys, rows,
+    keys, rows = KO.flat_lut_one(
+        Qt, centroid, enc.query_bits, q.iters, q.lam, sim.is_distance, width, blocks, cols,
+        d.planes, pairs, n, d.dim, d.centroid_dot, d.is_l2, mask, depth,
     )  # fmt: skip
     out, rows = rerank_finish(Qp, vectors, keys, rows, k, sim, rerank, scores)
     return out, index._ids.of_rows(rows)

@@ -42,6 +42,7 @@ def _state(index):
             "sizes": postings.sizes,
             "vectors": float_rows(index._segments[0].array),
             "C": np.ascontiguousarray(index._C, dtype=np.float32),
+            "width": padded_dim(q.dim_),
         }
     index._single_state = (key, state)
     return state
@@ -79,7 +80,7 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
     ratio = vp / 100.0 if vp is not None else P.dynamic_visit_ratio(ntotal, depth)
     heap = 2 * depth
     need = max(2.0 * ratio * ntotal, heap)
-    Qt = q.transform_rows(Qp)
+    Qt = Qp if q.transform_ is None else q.transform_rows(Qp)
     table = index._table
     is_l2 = sim.is_distance
     by_distance = sim is not Similarity.MAX_INNER_PRODUCT
@@ -87,24 +88,23 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
     if table.has_parents:
         lists = P.plan_batch(Qt, table, sizes, is_l2, by_distance, ratio, need, heap)[0]
     else:
-        lists = np.empty(sizes.shape[0], dtype=np.int32)
-        count = KO.ivf_plan_one(
+        lists = KO.ivf_plan_one(
             Qt, table.g, table.gg, table.codes, table.factors, table.cc, sizes,
             P.CENTROID_BITS, DEFAULT_ITERS, DEFAULT_LAMBDA, is_l2, by_distance or is_l2,
-            float(need), lists,
+            float(need),
         )  # fmt: skip
-        lists = lists[:count]
     postings = index._postings
-    postings.check(lists, blocks=True)
+    if postings.crc is not None:  # lists of a file: CRC32 at their first read
+        verified = postings._verified_blocks if postings.lut_crc is not None else postings._verified
+        if not verified[lists].all():
+            postings.check(lists, blocks=True)
     enc = q.encoding_
     dim = q.dim_
-    width = padded_dim(dim)
-    keys = np.empty((1, min(depth, heap)), dtype=np.float64)
-    rows = np.empty((1, min(depth, heap)), dtype=np.int64)
-    entries = KO.ivf_lut_one(
+    width = state["width"]
+    keys, rows, entries = KO.ivf_lut_one(
         Qt, state["C"], lists, enc.query_bits, q.lam, is_l2, width, postings.start,
         state["block_starts"], state["blocks"], postings.factors, postings.ids, index._list_cc,
-        enc.doc_planes, width // 8, dim, _EMPTY_MASK, heap, keys, rows,
+        enc.doc_planes, width // 8, dim, _EMPTY_MASK, heap, depth,
     )  # fmt: skip
     index.last_search_stats = {
         "lists_visited": float(lists.size),
@@ -112,5 +112,5 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
         "visited_fraction": entries / max(1, 2 * ntotal),
         "depth": depth,
     }
-    out, rows = rerank_finish(Qp, state["vectors"], keys[0], rows[0], k, sim, rerank, scores)
+    out, rows = rerank_finish(Qp, state["vectors"], keys, rows, k, sim, rerank, scores)
     return out, index._row_ids.of_rows(rows)
