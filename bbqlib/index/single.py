@@ -11,6 +11,8 @@ bad input). The results are the general path's, bit for bit: the same compiled b
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .._kernels import single as KO
@@ -43,7 +45,7 @@ def prepared_query(x: np.ndarray, similarity: Similarity) -> np.ndarray | None:
     cosine = similarity is Similarity.COSINE
     out = np.empty_like(x) if cosine else x
     sq = KO.prepare_one(x, cosine, out)
-    if not np.isfinite(sq):
+    if not math.isfinite(sq):
         return None
     if cosine and sq == 0.0:
         return None
@@ -104,8 +106,9 @@ def rerank_finish(Qp, vectors, keys, rows, k: int, similarity: Similarity, reran
     return np.where(valid, values, pad).astype(np.float32), out_rows
 
 
-def _flat_state(index, q, codes):
-    """What the flat fast path needs of ``codes`` (kept with them), or False."""
+def _flat_state(q, codes):
+    """What the flat fast path needs of ``codes`` (kept with them), or False: the doc-side
+    arguments of :func:`bbqlib._kernels.single.flat_lut_one`."""
     key = ("single", q.fingerprint_)
     state = codes._cache.get(key)
     if state is None:
@@ -113,15 +116,30 @@ def _flat_state(index, q, codes):
         if lut_osq(q):
             d = q._cached_doc_codes(codes)
             blocks, cols = d.lut_layout()
-            state = (d, blocks, cols, np.ascontiguousarray(q.centroid_, dtype=np.float32))
+            pairs = d.words * 8
+            docs = (blocks, cols, d.planes, pairs, len(d), d.dim, d.centroid_dot, d.is_l2)
+            centroid = np.ascontiguousarray(q.centroid_, dtype=np.float32)
+            state = (centroid, padded_dim(q.dim_), docs, q.encoding_.default_oversample)
         codes._cache[key] = state
     return state
+
+
+def _mask(index) -> np.ndarray:
+    """uint8 mask of the live rows (empty: all), kept until the next delete or add."""
+    deleted = index._deleted
+    if deleted is None:
+        return _EMPTY_MASK
+    cached = getattr(index, "_single_mask", None)
+    if cached is None or cached[0] is not deleted:
+        mask = _EMPTY_MASK if not deleted.any() else (~deleted).view(np.uint8)
+        cached = index._single_mask = (deleted, mask)
+    return cached[1]
 
 
 def flat_search_one(index, queries, k, oversample, rerank, filter, scores):
     """``FlatIndex.search`` of one query, or None where the general path must run."""
     q = index.quantizer
-    if not q.is_fitted or filter is not None or not (rerank is True or rerank is False):
+    if filter is not None or not (rerank is True or rerank is False) or not q.is_fitted:
         return None
     if type(k) is not int or k < 1 or scores not in SCORE_KINDS:
         return None
@@ -135,26 +153,22 @@ def flat_search_one(index, queries, k, oversample, rerank, filter, scores):
         vectors = float_rows(vectors)
         if vectors is None or not index.store_vectors:
             return None
-    state = _flat_state(index, q, codes)
+    state = _flat_state(q, codes)
     if state is False:
         return None
     sim = q.similarity_
     Qp = prepared_query(x, sim)
     if Qp is None:
         return None
-    oversample = check_oversample(oversample, q.encoding_.default_oversample)
-    allowed = index._allowed(None)
-    mask = _EMPTY_MASK if allowed is None else np.ascontiguousarray(allowed, np.uint8)
-    d, blocks, cols, centroid = state
-    n = len(d)
+    centroid, width, docs, default = state
+    oversample = default if oversample is None else check_oversample(oversample, default)
+    n = docs[4]
     depth = candidate_count(k, oversample, n) if rerank else min(k, n)
-    Qt = np.ascontiguousarray(q._rotated(Qp), dtype=np.float32)
-    enc = q.encoding_
-    width = padded_dim(q.dim_)
-    pairs = d.words * 8
+    Qt = Qp if q.transform_ is None else q.transform_rows(Qp)
+    is_l2 = docs[7]
     keys, rows = KO.flat_lut_one(
-        Qt, centroid, enc.query_bits, q.iters, q.lam, sim.is_distance, width, blocks, cols,
-        d.planes, pairs, n, d.dim, d.centroid_dot, d.is_l2, mask, depth,
+        Qt, centroid, q.encoding_.query_bits, q.iters, q.lam, is_l2, width, *docs, _mask(index),
+        depth,
     )  # fmt: skip
     out, rows = rerank_finish(Qp, vectors, keys, rows, k, sim, rerank, scores)
     return out, index._ids.of_rows(rows)

@@ -24,7 +24,8 @@ _EMPTY_MASK = np.empty(0, np.uint8)
 
 
 def _state(index):
-    """What the fast path needs of the index as it is now (kept until the next change)."""
+    """What the fast path needs of the index as it is now (kept until the next change): the
+    fixed arguments of the plan and scan kernels."""
     postings = index._postings
     key = (postings, index._segments, len(index._segments), index._table, index._C)
     cached = getattr(index, "_single_state", None)
@@ -36,21 +37,61 @@ def _state(index):
     q = index.quantizer
     if lut_osq(q) and len(index._segments) == 1:
         blocks, block_starts = postings.lut_layout()
+        table = index._table
+        sim = q.similarity_
+        is_l2 = sim.is_distance
+        by_distance = sim is not Similarity.MAX_INNER_PRODUCT
+        sizes = postings.sizes
+        width = padded_dim(q.dim_)
         state = {
-            "blocks": blocks,
-            "block_starts": block_starts,
-            "sizes": postings.sizes,
-            "vectors": float_rows(index._segments[0].array),
+            "is_l2": is_l2,
+            "by_distance": by_distance,
+            "sizes": sizes,
+            "plan": (
+                table.g,
+                table.gg,
+                table.codes,
+                table.factors,
+                table.cc,
+                sizes,
+                P.CENTROID_BITS,
+                DEFAULT_ITERS,
+                DEFAULT_LAMBDA,
+                is_l2,
+                by_distance or is_l2,
+            ),  # fmt: skip
             "C": np.ascontiguousarray(index._C, dtype=np.float32),
-            "width": padded_dim(q.dim_),
+            "width": width,
+            "docs": (
+                postings.start,
+                block_starts,
+                blocks,
+                postings.factors,
+                postings.ids,
+                index._list_cc,
+                q.encoding_.doc_planes,
+                width // 8,
+                q.dim_,
+                _EMPTY_MASK,
+            ),  # fmt: skip
+            "vectors": float_rows(index._segments[0].array),
+            "verified": postings.crc is None,
         }
     index._single_state = (key, state)
     return state
 
 
+def _check_lists(postings, lists, state) -> None:
+    """CRC32 of the lists read for the first time (an index opened from files)."""
+    verified = postings._verified_blocks if postings.lut_crc is not None else postings._verified
+    if not verified[lists].all():
+        postings.check(lists, blocks=True)
+        state["verified"] = bool(verified.all())
+
+
 def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filter, scores):
     """``IVFIndex.search`` of one query, or None where the batch path must run."""
-    if not index._fitted or filter is not None or index._n_deleted:
+    if filter is not None or not index._fitted or index._n_deleted:
         return None
     if not (rerank is True or rerank is False) or (rerank and not index.store_vectors):
         return None
@@ -70,41 +111,32 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
     Qp = prepared_query(x, sim)
     if Qp is None:
         return None
-    oversample = check_oversample(oversample, q.encoding_.default_oversample)
-    n_live = len(index)
-    depth = candidate_count(k, oversample, n_live) if rerank else min(k, n_live)
+    enc = q.encoding_
+    default = enc.default_oversample
+    oversample = default if oversample is None else check_oversample(oversample, default)
+    ntotal = index._ntotal
+    depth = candidate_count(k, oversample, ntotal) if rerank else min(k, ntotal)
     if depth == 0:
         return None
-    ntotal = index._ntotal
-    vp = None if visit_percentage is None else float(visit_percentage)
-    ratio = vp / 100.0 if vp is not None else P.dynamic_visit_ratio(ntotal, depth)
+    if visit_percentage is None:
+        ratio = P.dynamic_visit_ratio(ntotal, depth)
+    else:
+        ratio = visit_percentage / 100.0
     heap = 2 * depth
     need = max(2.0 * ratio * ntotal, heap)
     Qt = Qp if q.transform_ is None else q.transform_rows(Qp)
     table = index._table
-    is_l2 = sim.is_distance
-    by_distance = sim is not Similarity.MAX_INNER_PRODUCT
-    sizes = state["sizes"]
     if table.has_parents:
-        lists = P.plan_batch(Qt, table, sizes, is_l2, by_distance, ratio, need, heap)[0]
+        is_l2, by_distance = state["is_l2"], state["by_distance"]
+        lists = P.plan_batch(Qt, table, state["sizes"], is_l2, by_distance, ratio, need, heap)[0]
     else:
-        lists = KO.ivf_plan_one(
-            Qt, table.g, table.gg, table.codes, table.factors, table.cc, sizes,
-            P.CENTROID_BITS, DEFAULT_ITERS, DEFAULT_LAMBDA, is_l2, by_distance or is_l2,
-            float(need),
-        )  # fmt: skip
+        lists = KO.ivf_plan_one(Qt, *state["plan"], float(need))
     postings = index._postings
-    if postings.crc is not None:  # lists of a file: CRC32 at their first read
-        verified = postings._verified_blocks if postings.lut_crc is not None else postings._verified
-        if not verified[lists].all():
-            postings.check(lists, blocks=True)
-    enc = q.encoding_
-    dim = q.dim_
-    width = state["width"]
+    if not state["verified"]:
+        _check_lists(postings, lists, state)
     keys, rows, entries = KO.ivf_lut_one(
-        Qt, state["C"], lists, enc.query_bits, q.lam, is_l2, width, postings.start,
-        state["block_starts"], state["blocks"], postings.factors, postings.ids, index._list_cc,
-        enc.doc_planes, width // 8, dim, _EMPTY_MASK, heap, depth,
+        Qt, state["C"], lists, enc.query_bits, q.lam, state["is_l2"], state["width"],
+        *state["docs"], heap, depth,
     )  # fmt: skip
     index.last_search_stats = {
         "lists_visited": float(lists.size),
