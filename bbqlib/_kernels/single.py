@@ -30,10 +30,11 @@ import numpy as np
 from . import ivf as KI
 from . import scoring as KS
 from .lanes import lane_dots
-from .lut import LANES, _scan_lut_range, ivf_scan_lut, tables_from_codes
+from .lut import LANES, _scan_lut_range, build_tables, ivf_scan_lut
 from .osq import _quantize_range
 from .policy import kernel
 from .rerank import _dots_range, _sqdists_range
+from .scoring import _offer
 
 __all__ = [
     "prepare_one",
@@ -46,12 +47,17 @@ __all__ = [
 ]
 
 EMPTY_ID = KS.EMPTY_ID
+# Integer arguments of the shared bodies as int64 globals, not literals: a literal argument
+# types as ``Literal[int]`` and would compile (and cache) another copy of the callee.
+_ZERO = np.int64(0)
+_ONE = np.int64(1)
 
 # The single-threaded twins of the batch kernels (numba dispatchers, callable from here).
 _estimate_bytes = KS.estimate_bytes.serial
 _quantize_pairs = KI.quantize_pairs.serial
 _ivf_scan_lut = ivf_scan_lut.serial
 _dedup_topk_rows = KI.dedup_topk_rows.serial
+_build_tables = build_tables.serial
 
 
 @kernel
@@ -79,7 +85,7 @@ def _osq_row(q2, centroid, bits, iters, lam, euclidean, codes2, qf):
     component_sum = np.empty(1, dtype=np.int64)
     _quantize_range(
         q2, centroid, bits, iters, lam, euclidean, codes2, lower, upper, additional,
-        component_sum, 0, 1,
+        component_sum, _ZERO, _ONE,
     )  # fmt: skip
     qf[0] = lower[0]
     qf[1] = (np.float64(upper[0]) - lower[0]) / float((1 << bits) - 1)
@@ -88,24 +94,42 @@ def _osq_row(q2, centroid, bits, iters, lam, euclidean, codes2, qf):
 
 
 @kernel(inline="always")
-def _sort_heap(keys, ids, out_keys, out_ids):
-    """Heap entries by (key desc, id asc) into ``out_*`` (``-inf`` / ``-1`` for empty slots);
-    returns how many are filled."""
+def _worse(keys, ids, a, b):
+    """Entry ``a`` ranks below entry ``b``: a smaller key, or the same key and a larger id."""
+    return keys[a] < keys[b] or (keys[a] == keys[b] and ids[a] > ids[b])
+
+
+@kernel(inline="always")
+def _sift_down(keys, ids, pos, size):
+    """Restore the heap below ``pos`` (the worst entry at the root) among ``size`` entries."""
+    while True:
+        child = 2 * pos + 1
+        if child >= size:
+            return
+        if child + 1 < size and _worse(keys, ids, child + 1, child):
+            child += 1
+        if not _worse(keys, ids, child, pos):
+            return
+        keys[pos], keys[child] = keys[child], keys[pos]
+        ids[pos], ids[child] = ids[child], ids[pos]
+        pos = child
+
+
+@kernel(inline="always")
+def _sort_heap(keys, ids):
+    """Sort a heap (root = worst entry, as ``_offer`` keeps it) in place, best first by
+    (key desc, id asc); returns how many entries are not empty (``EMPTY_ID``)."""
     h = keys.shape[0]
-    by_id = np.argsort(ids, kind="mergesort")
-    neg = np.empty(h, dtype=np.float64)
-    for r in range(h):
-        neg[r] = -keys[by_id[r]]
-    order = np.argsort(neg, kind="mergesort")
+    for end in range(h - 1, 0, -1):
+        keys[0], keys[end] = keys[end], keys[0]
+        ids[0], ids[end] = ids[end], ids[0]
+        _sift_down(keys, ids, 0, end)
     m = 0
     for r in range(h):
-        idx = ids[by_id[order[r]]]
-        if idx == EMPTY_ID:
-            out_keys[r] = -np.inf
-            out_ids[r] = -1
+        if ids[r] == EMPTY_ID:
+            keys[r] = -np.inf
+            ids[r] = -1
         else:
-            out_keys[r] = keys[by_id[order[r]]]
-            out_ids[r] = idx
             m += 1
     return m
 
@@ -126,17 +150,15 @@ def flat_lut_one(
     qf = np.empty((1, 4), dtype=np.float64)
     _osq_row(q2, centroid, bits, iters, lam, euclidean, codes2, qf[0])
     tables2 = np.empty((1, 2 * pairs * LANES), dtype=np.uint8)
-    tables_from_codes(codes2[0], pairs, tables2[0])
+    _build_tables(codes2, pairs, tables2)
     keys = np.full((1, k), -np.inf)
     ids = np.full((1, k), EMPTY_ID, dtype=np.int64)
     _scan_lut_range(
-        tables2, qf, blocks, cols, planes, pairs, n, dim, cc, is_l2, allowed, 0, keys, ids,
-        0, blocks.shape[0],
+        tables2, qf, blocks, cols, planes, pairs, n, dim, cc, is_l2, allowed, _ZERO, keys, ids,
+        _ZERO, np.int64(blocks.shape[0]),
     )  # fmt: skip
-    out_keys = np.empty(k, dtype=np.float64)
-    out_ids = np.empty(k, dtype=np.int64)
-    _sort_heap(keys[0], ids[0], out_keys, out_ids)
-    return out_keys, out_ids
+    _sort_heap(keys[0], ids[0])
+    return keys[0], ids[0]
 
 
 @kernel
@@ -155,21 +177,27 @@ def ivf_plan_one(q2, g, gg, codes, factors, cc, sizes, bits, iters, lam, is_l2, 
     _osq_row(q2, g, bits, iters, lam, is_l2, qb, qf[0])
     raw = np.empty((1, K), dtype=np.float64)
     _estimate_bytes(qb, qf, codes, factors, d, gg, is_l2, raw)
-    neg = np.empty(K, dtype=np.float64)
+    keys = np.empty(K, dtype=np.float64)
     for j in range(K):
         key = -raw[0, j] if is_l2 else raw[0, j]
         if by_distance and not is_l2:
             key = 2.0 * key - cc[j]
-        neg[j] = -key
-    order = np.argsort(neg, kind="mergesort")
+        keys[j] = key
+    # Best list first (the lower id among equal keys), one selection pass per visited list:
+    # a query visits few of the K lists.
+    taken = np.zeros(K, dtype=np.bool_)
     out_lists = np.empty(K, dtype=np.int32)
     total = 0
     count = 0
-    for r in range(K):
-        lst = order[r]
-        out_lists[count] = lst
+    while count < K:
+        best = -1
+        for j in range(K):
+            if not taken[j] and (best < 0 or keys[j] > keys[best]):
+                best = j
+        taken[best] = True
+        out_lists[count] = best
         count += 1
-        total += sizes[lst]
+        total += sizes[best]
         if total >= need:
             break
     return out_lists[:count]
@@ -190,7 +218,9 @@ def ivf_lut_one(
     pair_list = lists.astype(np.int64)
     qcodes = np.zeros((P, width), dtype=np.uint8)
     qf = np.empty((P, 4), dtype=np.float64)
-    _quantize_pairs(q2, centroids, pair_query, pair_list, bits, 1, lam, euclidean, 0, qcodes, qf)
+    _quantize_pairs(
+        q2, centroids, pair_query, pair_list, bits, _ONE, lam, euclidean, _ZERO, qcodes, qf
+    )
     pair_start = np.zeros(2, dtype=np.int64)
     pair_start[1] = P
     keys = np.full((1, heap), -np.inf)
@@ -215,24 +245,19 @@ def _best_k(raw, cand, is_distance, k, pad):
     otherwise, as ``rerank_keys`` then ``finish`` give them: ``(values float64 [1, k], rows
     int64 [1, k])``, missing ones ``pad`` / ``-1``."""
     m = cand.shape[0]
-    keys = np.empty(m, dtype=np.float64)
-    ids = np.empty(m, dtype=np.int64)
+    h = min(k, m)
+    keys = np.full(h, -np.inf)
+    ids = np.full(h, EMPTY_ID, dtype=np.int64)
     for j in range(m):
-        if cand[j] < 0:
-            keys[j] = -np.inf
-            ids[j] = EMPTY_ID
-        else:
-            keys[j] = -raw[j] if is_distance else raw[j]
-            ids[j] = cand[j]
-    sk = np.empty(m, dtype=np.float64)
-    si = np.empty(m, dtype=np.int64)
-    found = _sort_heap(keys, ids, sk, si)
+        if cand[j] >= 0:
+            _offer(keys, ids, -raw[j] if is_distance else raw[j], cand[j])
+    found = _sort_heap(keys, ids)
     out_raw = np.empty((1, k), dtype=np.float64)
     out_rows = np.empty((1, k), dtype=np.int64)
     for r in range(k):
         if r < found:
-            out_raw[0, r] = -sk[r] if is_distance else sk[r]
-            out_rows[0, r] = si[r]
+            out_raw[0, r] = -keys[r] if is_distance else keys[r]
+            out_rows[0, r] = ids[r]
         else:
             out_raw[0, r] = pad
             out_rows[0, r] = -1
@@ -251,7 +276,7 @@ def rerank_dots(query2, vectors, cand, k, pad):
     (``-1``: none) by the exact kernel's body, then :func:`_best_k`."""
     c2 = cand.reshape(1, cand.shape[0])
     raw = np.empty(c2.shape, dtype=np.float64)
-    _dots_range(query2, vectors, c2, np.empty(c2.shape, dtype=np.int64), raw, 0, 1)
+    _dots_range(query2, vectors, c2, np.empty(c2.shape, dtype=np.int64), raw, _ZERO, _ONE)
     return _best_k(raw[0], cand, False, k, pad)
 
 
@@ -260,5 +285,5 @@ def rerank_sqdists(query2, vectors, cand, k, pad):
     """:func:`rerank_dots` with exact squared distances."""
     c2 = cand.reshape(1, cand.shape[0])
     raw = np.empty(c2.shape, dtype=np.float64)
-    _sqdists_range(query2, vectors, c2, np.empty(c2.shape, dtype=np.int64), raw, 0, 1)
+    _sqdists_range(query2, vectors, c2, np.empty(c2.shape, dtype=np.int64), raw, _ZERO, _ONE)
     return _best_k(raw[0], cand, True, k, pad)
