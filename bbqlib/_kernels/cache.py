@@ -109,12 +109,28 @@ class _BbqlibSerialFunctionCache(FunctionCache):
     _impl_class = _BbqlibSerialCacheImpl
 
 
+class _CacheOnFirstUse:
+    """Stands in for a dispatcher's cache until numba first asks it anything (a compile or a
+    load), then puts the real cache in its place. Building a cache finds and write-tests its
+    folder; doing that for every kernel at ``import bbqlib`` made the import 20-40 ms slower."""
+
+    def __init__(self, dispatcher, cache_class):
+        self._dispatcher = dispatcher
+        self._cache_class = cache_class
+
+    def __getattr__(self, name):
+        try:
+            real = self._cache_class(self._dispatcher.py_func)
+        except RuntimeError:  # no locator: the folder is not writable
+            real = NullCache()
+        self._dispatcher._cache = real
+        return getattr(real, name)
+
+
 def use_bbqlib_cache(dispatcher, *, serial_twin: bool = False) -> None:
     """Give ``dispatcher`` (built with ``cache=False``) bbqlib's disk cache, or none at all
-    when :func:`cache_dir` cannot be created or written. ``serial_twin``: the dispatcher is
-    the single-threaded twin of a parallel kernel (its own cache entries)."""
+    when :func:`cache_dir` cannot be created or written (decided at its first compile).
+    ``serial_twin``: the dispatcher is the single-threaded twin of a parallel kernel (its own
+    cache entries)."""
     cls = _BbqlibSerialFunctionCache if serial_twin else _BbqlibFunctionCache
-    try:
-        dispatcher._cache = cls(dispatcher.py_func)
-    except RuntimeError:  # no locator: the folder is not writable
-        dispatcher._cache = NullCache()
+    dispatcher._cache = _CacheOnFirstUse(dispatcher, cls)

@@ -8,18 +8,18 @@ ann-benchmarks (github.com/erikbern/ann-benchmarks) drives an algorithm through
 without importing the harness (it is not on PyPI); ``python -m bbqlib ann-benchmarks-plugin
 HARNESS_DIR`` installs them into a harness checkout (:mod:`bbqlib.adapters.ann_benchmarks_plugin`).
 
-=====================  ========================================  ==============================
-class                  build arguments                           query arguments
-=====================  ========================================  ==============================
-:class:`BBQFlat`       ``metric, bits=1, query_bits="auto",      ``oversample``
-                       precondition=None``
-:class:`QuantizedFlat` ``metric, flavour="bbq", bits=1``         ``oversample``
-                       (flavours: :data:`FLAT_FLAVOURS`)
-:class:`BBQIVF`        ``metric, bits=1, cluster_size=384``      ``visit_percentage``,
-                                                                 ``oversample=None``
-:class:`BBQUSearch`    ``metric, bits=1, connectivity=16,        ``expansion_search``,
-                       expansion_add=128``                       ``oversample=None``
-=====================  ========================================  ==============================
+=======================  ========================================  ==============================
+class                    build arguments                           query arguments
+=======================  ========================================  ==============================
+:class:`BBQFlat`         ``metric, bits=1, query_bits="auto",      ``oversample``
+                         precondition=None``
+:class:`QuantizedFlat`   ``metric, flavour="bbq", bits=1``         ``oversample``
+                         (flavours: :data:`FLAT_FLAVOURS`)
+:class:`BBQIVF`          ``metric, bits=1, cluster_size=384``      ``visit_percentage``,
+                                                                   ``oversample=None``
+:class:`BBQUSearch`      ``metric, bits=1, connectivity=16,        ``expansion_search``,
+                         expansion_add=128``                       ``oversample=None``
+=======================  ========================================  ==============================
 
 They behave like the harness's own wrappers (``ann_benchmarks/algorithms/*/module.py``):
 

@@ -43,8 +43,8 @@ def make_transform_for(spec, dim: int, seed):
 class Quantizer:
     """Base class: fit on data, encode docs, score queries against encoded docs.
 
-    Class attributes (declared capabilities)
-    ----------------------------------------
+    Attributes
+    ----------
     family : str
         Registry family of the codes (:data:`bbqlib.ENCODINGS`).
     has_error_bound : bool
@@ -52,7 +52,8 @@ class Quantizer:
     default_eps0 : float or None
         Default confidence multiplier of the bound.
 
-    Fitted attributes (set by ``fit``, all ending in ``_``): ``encoding_``, ``similarity_``,
+    The three above are class attributes (declared capabilities). Fitted attributes (set by
+    ``fit``, all ending in ``_``): ``encoding_``, ``similarity_``,
     ``dim_``, ``transform_``, ``fingerprint_`` and the family's own.
 
     Notes

@@ -9,13 +9,25 @@ from .._params import Integer, Real
 from .._validation import apply_similarity, check_similarity_rules, check_vectors
 from ..encoding import padded_dim
 from ..packing import kernel_codes, pack_codes
-from . import lucene_osq
 from .base import Quantizer
 from .encoded import EncodedVectors
 from .osq import DEFAULT_ITERS, DEFAULT_LAMBDA, quantize_pairs, quantize_rows
 from .registry import register_quantizer
 
 __all__ = ["BBQQuantizer", "ENCODE_CHUNK_BYTES"]
+
+
+def _lucene_mode(q):
+    """:mod:`.lucene_osq` when ``q.arithmetic == "lucene"``, else None (ValueError if unknown).
+
+    Imported on first use: Lucene's float32 kernels cost about 0.1 s of ``import bbqlib``.
+    """
+    if getattr(q, "arithmetic", "float64") == "float64":
+        return None
+    from . import lucene_osq
+
+    return lucene_osq if lucene_osq.is_lucene(q) else None
+
 
 #: float32 bytes of input encoded at a time (bounds encode's temporaries; 16 MiB).
 ENCODE_CHUNK_BYTES = 1 << 24
@@ -107,8 +119,8 @@ class BBQQuantizer(Quantizer):
     # -- fitting ----------------------------------------------------------------------------
     def fit(self, X, y=None):
         """Validate the parameters, fix the centroid (the plain mean) and the transform."""
-        if lucene_osq.is_lucene(self):
-            return lucene_osq.fit(self, X)
+        if (lucene := _lucene_mode(self)) is not None:
+            return lucene.fit(self, X)
         return super().fit(X, y)
 
     def _fit_transformed(self, X: np.ndarray) -> None:
@@ -118,22 +130,22 @@ class BBQQuantizer(Quantizer):
     def _set_centroid(self, centroid) -> None:
         self.centroid_ = np.asarray(centroid, dtype=np.float32)
         self.centroid_.flags.writeable = False
-        if lucene_osq.is_lucene(self):
-            self.centroid_dot_ = lucene_osq.centroid_dot(self.centroid_)
+        if (lucene := _lucene_mode(self)) is not None:
+            self.centroid_dot_ = lucene.centroid_dot(self.centroid_)
         else:
             self.centroid_dot_ = float(np.dot(self.centroid_.astype(np.float64), self.centroid_))
 
     def _fingerprint_parts(self) -> tuple:
         enc = self.encoding_
         parts = (enc.doc_bits, self.similarity_.value, self.iters, float(self.lam), self.centroid_)
-        return parts + (("lucene",) if lucene_osq.is_lucene(self) else ())
+        return parts + (("lucene",) if _lucene_mode(self) else ())
 
     def _state(self) -> tuple[dict, dict]:
         return {"lam": float(self.lam)}, {"centroid": np.asarray(self.centroid_)}
 
     def _restore(self, params: dict, arrays: dict) -> None:
-        if lucene_osq.is_lucene(self):
-            lucene_osq.check_params(self)
+        if (lucene := _lucene_mode(self)) is not None:
+            lucene.check_params(self)
         self._set_centroid(np.array(arrays["centroid"], dtype=np.float32))
 
     # -- encoding ---------------------------------------------------------------------------
@@ -145,8 +157,8 @@ class BBQQuantizer(Quantizer):
         float32 at a time, so the temporaries stay small whatever the batch size.
         """
         self._check_fitted()
-        if lucene_osq.is_lucene(self):
-            return lucene_osq.encode(self, X)
+        if (lucene := _lucene_mode(self)) is not None:
+            return lucene.encode(self, X)
         X = check_vectors(X, "X", dim=self.dim_)
         sq = check_similarity_rules(X, self.similarity_, "X")
         enc = self.encoding_
@@ -195,8 +207,8 @@ class BBQQuantizer(Quantizer):
         )
 
     def _query_codes(self, Q: np.ndarray) -> scoring.QueryCodes:
-        if lucene_osq.is_lucene(self):
-            return lucene_osq.query_codes(self, Q)
+        if (lucene := _lucene_mode(self)) is not None:
+            return lucene.query_codes(self, Q)
         Q = self._rotated(Q)
         enc = self.encoding_
         factors = np.empty((len(Q), 4), dtype=np.float64)
@@ -253,24 +265,25 @@ class BBQQuantizer(Quantizer):
 
     # -- arithmetic="lucene": Lucene's float32 scorer (bbqlib.quantizers.lucene_osq) -----------
     def _validated(self, X, name: str, *, allow_1d: bool = False) -> np.ndarray:
-        if lucene_osq.is_lucene(self):  # cosine: VectorUtil.l2normalize, as Lucene's scorer
-            return lucene_osq.validated(self, X, name, allow_1d=allow_1d)
+        if (
+            lucene := _lucene_mode(self)
+        ) is not None:  # cosine: VectorUtil.l2normalize, as Lucene's scorer
+            return lucene.validated(self, X, name, allow_1d=allow_1d)
         return super()._validated(X, name, allow_1d=allow_1d)
 
     def estimate(self, Q, enc: EncodedVectors, *, return_bounds: bool = False, eps0=None):
-        if lucene_osq.is_lucene(self) and not return_bounds:
-            return lucene_osq.estimate(self, Q, enc)
+        if (lucene := _lucene_mode(self)) is not None and not return_bounds:
+            return lucene.estimate(self, Q, enc)
         return super().estimate(Q, enc, return_bounds=return_bounds, eps0=eps0)
 
     def similarity_scores(self, Q, enc: EncodedVectors) -> np.ndarray:
-        if lucene_osq.is_lucene(self):
-            return lucene_osq.similarity_scores(self, Q, enc)
+        if (lucene := _lucene_mode(self)) is not None:
+            return lucene.similarity_scores(self, Q, enc)
         return super().similarity_scores(Q, enc)
 
     def topk_keys(self, Qp, enc: EncodedVectors, k: int, *, allowed=None, id_base: int = 0):
-        if lucene_osq.is_lucene(self):  # ranked by Lucene's float32 score
-            raw, ids = lucene_osq.search_prepared(self, Qp, enc, k, allowed=allowed,
-                                                  id_base=id_base)  # fmt: skip
+        if (lucene := _lucene_mode(self)) is not None:  # ranked by Lucene's float32 score
+            raw, ids = lucene.search_prepared(self, Qp, enc, k, allowed=allowed, id_base=id_base)
             return np.where(ids >= 0, self.similarity_.key(raw), -np.inf), ids
         return super().topk_keys(Qp, enc, k, allowed=allowed, id_base=id_base)
 

@@ -6,8 +6,6 @@
   them from their stored outputs).
 * Links from the guides to files outside ``docs/`` (``../benchmarks/...``, ``../examples/...``)
   become links to the repository, so the Markdown reads the same on GitHub and on the site.
-* Optional guides (``lucene.md``, written separately) join the toctree of ``guides.md`` when
-  present.
 * Docstrings citing sections of the development notes (``(spec §6.7)``), which are not part of
   the repository, render without those citations.
 """
@@ -39,10 +37,6 @@ API_MODULES = [
     ("bbqlib.adapters.ann_benchmarks", "ann-benchmarks wrappers"),
     ("bbqlib.datasets", "Bundled sample"),
 ]
-
-#: Guides that join the Guides toctree when their page exists: name -> the entry it follows.
-OPTIONAL_GUIDES = {"lucene": "adapters"}
-
 
 def repository_url() -> str:
     """``Repository`` of ``[project.urls]`` in ``pyproject.toml`` (the one place to change it)."""
@@ -135,10 +129,6 @@ def _source_read(app, docname: str, source: list[str]) -> None:
     text = source[0]
     blob = f"{repository_url()}/blob/main/"
     text = _OUTSIDE_LINK.sub(lambda m: f"]({blob}{m['path']})", text)
-    if docname == "guides":
-        for page, after in OPTIONAL_GUIDES.items():
-            if (DOCS / f"{page}.md").exists():
-                text = re.sub(rf"^{after}$", f"{after}\n{page}", text, count=1, flags=re.M)
     source[0] = text
 
 
