@@ -160,7 +160,7 @@ def ivf_scan_float(
 
     ``qv`` float32 [P, dim]; ``codes`` uint8 rows: ``planes`` bit planes of ``plane_bytes``
     each (unpacked one entry at a time into a scratch row), or one byte per dimension when
-    ``planes`` is 0. Dots are float64 sums in the order of ``float_dot``.
+    ``planes`` is 0. Dots are ``float_dot``'s float32 sums.
     """
     nq = pair_start.shape[0] - 1
     for q in prange(nq):
