@@ -6,6 +6,7 @@ on float vectors. See the README for a tour.
 """
 
 from ._load import load
+from ._repair import RepairReport, repair
 from ._validation import NotFittedError
 from ._version import __version__
 from .encoding import ENCODINGS, Encoding, encoding_from_wire, get_encoding
@@ -16,6 +17,7 @@ from .quantizers import (
     EncodedVectors,
     Quantizer,
     RaBitQQuantizer,
+    SAQQuantizer,
     ScalarQuantizer,
 )
 from .similarity import Similarity
@@ -33,6 +35,8 @@ __all__ = [
     "NotFittedError",
     "Quantizer",
     "RaBitQQuantizer",
+    "RepairReport",
+    "SAQQuantizer",
     "ScalarQuantizer",
     "Similarity",
     "UnsupportedFormatError",
@@ -40,6 +44,7 @@ __all__ = [
     "get_encoding",
     "get_num_threads",
     "load",
+    "repair",
     "set_num_threads",
     "thread_limit",
     "warmup",

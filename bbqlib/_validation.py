@@ -42,8 +42,12 @@ def apply_similarity(X: np.ndarray, similarity: Similarity, sq: np.ndarray | Non
 
 __all__ = [
     "NotFittedError",
+    "MAX_SQ_NORM",
     "check_vectors",
+    "check_source",
+    "owned_rows",
     "check_k",
+    "cap_k",
     "check_in",
     "prepare_for_similarity",
     "check_similarity_rules",
@@ -53,6 +57,11 @@ __all__ = [
 
 #: Tolerance on ``| ||v||² - 1 |`` for ``dot_product`` (Elasticsearch uses 1e-4).
 UNIT_NORM_TOLERANCE = 1e-4
+#: Largest squared norm of a row (about 2.1e37, norms up to 4.6e18). The kernels work in
+#: float32: ``‖x - y‖² <= 2‖x‖² + 2‖y‖²`` and the correction algebra's terms must stay
+#: below float32's maximum (3.4e38), so rows up to a sixteenth of it are accepted; larger
+#: ones are finite in float64 but would overflow to inf in the scores.
+MAX_SQ_NORM = float(np.finfo(np.float32).max) / 16
 
 
 class NotFittedError(ValueError, AttributeError):
@@ -66,6 +75,7 @@ def check_vectors(
     dim: int | None = None,
     allow_1d: bool = False,
     allow_empty: bool = False,
+    max_sq_norm: float | None = MAX_SQ_NORM,
 ) -> np.ndarray:
     """Validate a float matrix and return it as C-contiguous float32 (a copy when converted).
 
@@ -76,6 +86,8 @@ def check_vectors(
     dim : expected dimension, if known.
     allow_1d : treat a 1-D array as one row.
     allow_empty : accept zero rows.
+    max_sq_norm : largest squared norm of a row (:data:`MAX_SQ_NORM`); None: any finite row
+        (``arithmetic="lucene"``, which reproduces Lucene's float32 scores, overflow included).
     """
     arr = np.asarray(X)
     if arr.dtype == object or not np.issubdtype(arr.dtype, np.floating):
@@ -98,18 +110,78 @@ def check_vectors(
         )
     with np.errstate(over="ignore"):  # beyond float32 range becomes inf, reported below
         out = np.ascontiguousarray(arr, dtype=np.float32)
-    if not np.isfinite(row_sq_norms(out)).all():
+    sq = row_sq_norms(out)
+    if not np.isfinite(sq).all():
         bad = np.flatnonzero(~np.isfinite(out).all(axis=1))
+        if bad.size:
+            raise ValueError(
+                f"{name} contains NaN or inf (or values beyond float32 range) in "
+                f"{bad.size} row(s), first at row {bad[0]}; remove or fix them"
+            )
+    big = np.flatnonzero(~(sq <= max_sq_norm)) if max_sq_norm is not None else sq[:0]
+    if big.size:
         raise ValueError(
-            f"{name} contains NaN or inf (or values beyond float32 range) in "
-            f"{bad.size} row(s), first at row {bad[0]}; remove or fix them"
+            f"{name} has {big.size} row(s) whose squared norm exceeds {max_sq_norm:.3g} (row "
+            f"{big[0]}: {sq[big[0]]:.3g}); scores of such vectors overflow float32. Scale "
+            "the vectors down (rankings do not change under a common scale)"
         )
     return out
+
+
+def check_source(X, name: str = "X", *, dim: int | None = None):
+    """Dtype and shape of vectors to add, without reading their values.
+
+    The checks :func:`check_vectors` makes before it reads anything, so a memory map or an
+    h5py dataset stays lazy; the values are checked block by block as they are read. Every
+    ``add`` goes through here: floats only (complex, bool, integer and object arrays are
+    rejected with a TypeError), 2-D, at least one row and one dimension, ``dim`` if known.
+    Returns ``X`` (an ``ndarray`` view of a memmap, ``np.asarray`` of a list; lazy sources
+    with ``shape``, ``dtype`` and slicing as they are).
+    """
+    if isinstance(X, np.memmap):
+        X = X.view(np.ndarray)
+    elif not (hasattr(X, "shape") and hasattr(X, "dtype") and hasattr(X, "__getitem__")):
+        X = np.asarray(X)
+    dtype = np.dtype(X.dtype)
+    if dtype.hasobject or not np.issubdtype(dtype, np.floating):
+        raise TypeError(
+            f"{name} must be a float array (float16/32/64), got dtype {dtype}; "
+            f"convert with np.asarray({name}, dtype=np.float32)"
+        )
+    shape = tuple(X.shape)
+    if len(shape) != 2:
+        raise ValueError(f"{name} must be 2-D (n, d), got shape {shape}")
+    if shape[0] == 0:
+        raise ValueError(f"{name} is empty (shape {shape}); pass at least one vector")
+    if shape[1] == 0:
+        raise ValueError(f"{name} has zero dimensions (shape {shape})")
+    if dim is not None and shape[1] != dim:
+        raise ValueError(
+            f"{name} has dimension {shape[1]} but the quantizer/index was fitted with "
+            f"dimension {dim}; pass vectors of dimension {dim}"
+        )
+    return X
+
+
+def owned_rows(rows: np.ndarray, source) -> np.ndarray:
+    """``rows`` itself when it shares no memory with the caller's ``source``, else a copy.
+
+    What an index keeps must not change when the caller reuses its buffer.
+    """
+    if isinstance(source, np.ndarray) and np.may_share_memory(rows, source):
+        return rows.copy()
+    return rows
 
 
 def check_k(k, name: str = "k") -> int:
     """A positive integer."""
     return check_int(k, name, 1)
+
+
+def cap_k(k, n: int, name: str = "k") -> int:
+    """A positive integer ``k``, capped at the index size ``n`` (before anything is
+    allocated: results have ``min(k, n)`` columns)."""
+    return min(check_k(k, name), int(n))
 
 
 def check_in(value, allowed, name: str):

@@ -17,6 +17,12 @@ Families
     faiss ``SQ8``-style per-dimension grids and Lucene 9.9's global interval
     (:class:`~bbqlib.ScalarQuantizer`), 7 or 8 bits, one byte per dimension. Wires
     ``0x200`` / ``0x300 + doc_bits * 16 + (query_bits or 0)``.
+``saq``
+    SAQ (:class:`~bbqlib.SAQQuantizer`): PCA segments with their own widths. One row per query
+    width, ``doc_bits = 0`` ("the plan decides"): the fitted plan (segments, widths, code
+    length, factor record) lives in the file header with the quantizer state, and the fitted
+    quantizer's ``encoding_`` is this row specialised to its plan. Layout ``segments``, flat
+    index only. Wires ``0x400 + (query_bits or 0)``.
 
 Layouts
 -------
@@ -27,6 +33,10 @@ Layouts
     of the same shape (or float vectors).
 ``bytes``
     One unsigned byte per (unpadded) dimension; quantized queries too.
+``segments``
+    SAQ: every coded segment's top bit plane first (plan order), then each segment's lower
+    planes (:mod:`bbqlib.quantizers.saq_plan`), so a row's prefix holds the leading segments'
+    top planes; scanned by SAQ's own kernels.
 
 Corrections are little-endian structured records. OSQ's are ``(lower, upper, additional,
 component_sum)``: 14 bytes with a ``uint16`` component sum for docs of up to 4 bits, 16 bytes
@@ -85,6 +95,8 @@ LUT_LANES = 32
 
 #: Every query width a row may have; ``None`` is an unquantized float query.
 QUERY_BITS = (4, 7, 8, None)
+#: SAQ's query widths: a float query, or a uniform grid of 2 to 16 bits per segment.
+SAQ_QUERY_BITS = (None, *range(2, 17))
 
 
 def padded_dim(dim: int) -> int:
@@ -99,13 +111,13 @@ class Encoding:
     Attributes
     ----------
     family : str
-        ``"osq"``, ``"rabitq"``, ``"int8_per_dim"`` or ``"int8_global"``.
+        ``"osq"``, ``"rabitq"``, ``"int8_per_dim"``, ``"int8_global"`` or ``"saq"``.
     doc_bits, query_bits
         Bits per dimension of stored codes and of queries (``None``: float query).
     wire : int
         Stable number written into files, unique across families.
     layout : str
-        ``"planes"`` or ``"bytes"`` (module docstring).
+        ``"planes"``, ``"bytes"`` or ``"segments"`` (module docstring).
     corrections_dtype : numpy.dtype
         Structured dtype of the per-vector corrections.
     default_oversample : float
@@ -146,6 +158,8 @@ class Encoding:
     @property
     def scan_kernels(self) -> tuple[str, ...]:
         """Kernels that scan this row, preferred first (see :mod:`bbqlib.scoring`)."""
+        if self.layout == "segments":
+            return ("saq",)
         if self.query_kind == "float":
             return ("float",)
         if self.layout == "planes":
@@ -166,6 +180,8 @@ class Encoding:
     def max_dim(self) -> int:
         """Largest dimension whose component sum fits the correction field."""
         names = self.corrections_dtype.names or ()
+        if self.doc_bits == 0:  # the plan decides (SAQ): no component sum to overflow
+            return 2**31
         if "component_sum" in names and self.corrections_dtype["component_sum"] == np.uint16:
             return 65535 // (2**self.doc_bits - 1)
         return 2**31 // (2**self.doc_bits - 1)
@@ -210,6 +226,8 @@ class Family:
     corrections_large: np.dtype
     l2_corrections: np.dtype | None = None
     query_bits_equal_doc_bits: bool = False  # queries on the docs' own grid (int8 global)
+    layout: str | None = None  # a layout of its own (SAQ's "segments"), else by planes_up_to
+    indexes: tuple[str, ...] = ("flat", "ivf")
 
     def query_bits_for(self, doc_bits: int) -> tuple[int | None, ...]:
         """Query widths with a row for docs of ``doc_bits``."""
@@ -225,12 +243,13 @@ class Family:
                     doc_bits=doc_bits,
                     query_bits=query_bits,
                     wire=self.wire_base + doc_bits * 16 + (query_bits or 0),
-                    layout="planes" if doc_bits <= self.planes_up_to else "bytes",
+                    layout=self.layout or ("planes" if doc_bits <= self.planes_up_to else "bytes"),
                     corrections_dtype=(
                         self.corrections_small if doc_bits <= 4 else self.corrections_large
                     ),
                     default_oversample=_OVERSAMPLE.get(doc_bits, 1.0),
                     l2_corrections_dtype=self.l2_corrections,
+                    indexes=self.indexes,
                 )
 
 
@@ -268,6 +287,12 @@ FAMILIES: dict[str, Family] = {
             corrections_large=OFFSET_CORRECTIONS,
             l2_corrections=NO_CORRECTIONS,
             query_bits_equal_doc_bits=True,
+        ),
+        # SAQ: one row per query width; the fitted plan sets the code length and record.
+        Family(
+            "saq", 0x400, (0,), SAQ_QUERY_BITS, {0: None},
+            planes_up_to=0, corrections_small=NO_CORRECTIONS, corrections_large=NO_CORRECTIONS,
+            layout="segments", indexes=("flat",),
         ),
     )
 }  # fmt: skip

@@ -269,6 +269,14 @@ class Timing:
         return 1.0 / self.ratio
 
 
+def exact_rerank(queries, vectors, ids, k: int, sim):
+    """Exact rerank of candidate ``ids`` (prepared queries and vectors): ``(keys, ids)`` of
+    the best ``k``, through bbqlib's one exact kernel."""
+    from bbqlib.scoring import exact_mode, exact_values, rerank_keys
+
+    return rerank_keys(exact_values(queries, vectors, ids, exact_mode(sim)), ids, k, sim)
+
+
 def time_call(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> list[float]:
     """Wall times of ``repeats`` calls of ``fn`` after ``warmup`` untimed calls."""
     for _ in range(warmup):

@@ -34,7 +34,6 @@ import _common  # noqa: E402
 import bbqlib  # noqa: E402
 from bbqlib._validation import prepare_for_similarity  # noqa: E402
 from bbqlib.analysis import estimation_error, recall_at_k  # noqa: E402
-from bbqlib.scoring import exact_mode, exact_values, rerank_keys  # noqa: E402
 
 DATASETS = ("spacy-wordvec-300", "debian-minilm-384")
 TRANSFORMS = ("dense", "block", "hadamard")
@@ -66,7 +65,7 @@ def run_dataset(name: str, seeds: int, n_queries: int, bias_queries: int, log) -
                     qq = q.with_query_bits(qbits)
                     _, ids = qq.search(ds.queries, enc, 30)
                     raw = recall_at_k(ids[:, :10], ds.gt_ids, 10)
-                    _, rr_ids = exact_rerank(queries, vectors, ids, 10, sim)
+                    _, rr_ids = _common.exact_rerank(queries, vectors, ids, 10, sim)
                     rr = recall_at_k(rr_ids, ds.gt_ids, 10)
                     recall.setdefault((doc, qbits, transform), []).append((raw, rr))
                 if bits in BIAS_BITS:
@@ -223,8 +222,3 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def exact_rerank(queries, vectors, ids, k, sim):
-    """Exact rerank of candidate ids: ``(keys, ids)`` of the best ``k``."""
-    return rerank_keys(exact_values(queries, vectors, ids, exact_mode(sim)), ids, k, sim)

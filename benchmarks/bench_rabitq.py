@@ -42,7 +42,6 @@ from bbqlib import FlatIndex  # noqa: E402
 from bbqlib._validation import prepare_for_similarity  # noqa: E402
 from bbqlib.analysis import recall_at_k  # noqa: E402
 from bbqlib.quantizers.rabitq import RaBitQQuantizer  # noqa: E402
-from bbqlib.scoring import exact_mode, exact_values, rerank_keys  # noqa: E402
 from bbqlib.similarity import resolve_similarity  # noqa: E402
 from bbqlib.transforms import DenseRotation  # noqa: E402
 
@@ -63,7 +62,7 @@ def bbqlib_run(ds, bits, seed, *, query_bits="auto", fast=False, bound=True) -> 
     _, cand = q.search(ds.queries, index.codes, 30)
     out = {"none": recall_at_k(cand[:, :10], ds.gt_ids, 10)}
     for oversample in (1, 3):
-        _, ids = exact_rerank(queries, vectors, cand[:, : 10 * oversample], 10, sim)
+        _, ids = _common.exact_rerank(queries, vectors, cand[:, : 10 * oversample], 10, sim)
         out[f"os{oversample}"] = recall_at_k(ids, ds.gt_ids, 10)
     if bound:
         _, ids = index.search(ds.queries, 10, rerank="bound")
@@ -303,8 +302,3 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def exact_rerank(queries, vectors, ids, k, sim):
-    """Exact rerank of candidate ids: ``(keys, ids)`` of the best ``k``."""
-    return rerank_keys(exact_values(queries, vectors, ids, exact_mode(sim)), ids, k, sim)

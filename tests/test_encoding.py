@@ -41,7 +41,7 @@ def test_every_pair_is_in_the_table():
 
 
 def test_families_and_their_rows():
-    assert set(FAMILIES) == {"osq", "rabitq", "int8_per_dim", "int8_global"}
+    assert set(FAMILIES) == {"osq", "rabitq", "int8_per_dim", "int8_global", "saq"}
     assert {e.family for e in ENCODINGS.values()} == set(FAMILIES)
     assert all(e.layout == "planes" for e in ENCODINGS.rows("rabitq"))
     assert get_encoding(2, family="rabitq").query_bits is None
@@ -55,6 +55,12 @@ def test_families_and_their_rows():
         get_encoding(8, 4, family="int8_global")
     with pytest.raises(ValueError, match="unknown encoding family"):
         get_encoding(1, family="pq")
+    # SAQ: one row per query width, the plan decides the codes; flat index only
+    saq = ENCODINGS.rows("saq")
+    assert [e.query_bits for e in saq] == [None, *range(2, 17)]
+    assert all(e.doc_bits == 0 and e.layout == "segments" for e in saq)
+    assert all(e.indexes == ("flat",) and e.scan_kernels == ("saq",) for e in saq)
+    assert get_encoding(0, None, family="saq").wire == 0x400
 
 
 def test_scan_kernels_follow_layout_and_query():

@@ -145,16 +145,18 @@ def test_exact_rerank_breaks_ties_by_lower_id(make_vectors):
         assert scores[r, 0] == scores[r, 1] == scores[r, 2] == 1.0
 
 
-def test_padding_when_k_exceeds_n(make_vectors):
+def test_k_capped_at_the_index_size_and_filters_pad(make_vectors):
     X, Q = vectors_for("cosine", make_vectors, n=5)
     index = FlatIndex(bits=1)
     index.add(X)
     for rerank in (True, False):
         scores, ids = index.search(Q, 8, rerank=rerank)
-        assert scores.shape == (6, 8)
-        assert (ids[:, :5] >= 0).all() and (ids[:, 5:] == -1).all()
-        assert np.isneginf(scores[:, 5:]).all() and np.isfinite(scores[:, :5]).all()
-        assert sorted(ids[0, :5]) == list(range(5))
+        assert scores.shape == ids.shape == (6, 5)  # k capped at ntotal before allocating
+        assert np.isfinite(scores).all() and sorted(ids[0]) == list(range(5))
+        assert index.search(Q, 10**12, rerank=rerank)[1].shape == (6, 5)
+        scores, ids = index.search(Q, 4, rerank=rerank, filter=np.array([1, 3]))
+        assert (ids[:, 2:] == -1).all() and np.isneginf(scores[:, 2:]).all()
+        assert (np.sort(ids[:, :2], axis=1) == [1, 3]).all()
 
 
 def test_empty_fitted_index(make_vectors):

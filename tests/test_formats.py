@@ -116,8 +116,38 @@ def test_old_ivf_directory_takes_custom_ids_and_saves_the_current_format(tmp_pat
     index.add(X, ids=np.arange(10) + 10**12)  # the index lives at path: saved there
     manifest = json.loads((path / "MANIFEST").read_text())
     assert manifest["format_version"] == bbqlib.index.ivf.storage.FORMAT_VERSION
+    _, meta, _ = read_container(path / manifest["header"])
+    assert all("block_crc32" in s for s in meta["vector_segments"])  # format 5: computed
     back = bbqlib.load(path)
     np.testing.assert_array_equal(back.ids[-10:], np.arange(10) + 10**12)
     np.testing.assert_array_equal(back.ids[:600], np.arange(600))
     _, ids = back.search(X[:2], k=1, visit_percentage=100.0)
     np.testing.assert_array_equal(ids[:, 0], [10**12, 10**12 + 1])
+
+
+def test_format_4_segments_get_block_checksums_only_if_their_crc_holds(tmp_path):
+    """Upgrading a format-4 directory computes block CRC32s of its kept vector files; a
+    damaged file is refused, not given fresh checksums."""
+    path = tmp_path / "ivf"
+    shutil.copytree(FIXTURES / "ivf_v4" / "ivf1_cosine", path)
+    vec = next(path.glob("vectors.*.npy"))
+    raw = bytearray(vec.read_bytes())
+    raw[-5] ^= 0x10
+    vec.write_bytes(bytes(raw))
+    index = bbqlib.load(path)
+    with pytest.raises(bbqlib.CorruptFileError, match="CRC32"):
+        index.save(path)
+    manifest = json.loads((path / "MANIFEST").read_text())
+    assert manifest["format_version"] == 4  # nothing written
+
+
+def test_format_5_header_without_block_checksums_is_refused(tmp_path):
+    from bbqlib.index.ivf import storage as ivf_storage
+
+    path = tmp_path / "ivf"
+    shutil.copytree(FIXTURES / "ivf_v4" / "ivf1_cosine", path)
+    manifest = json.loads((path / "MANIFEST").read_text())
+    manifest["format_version"] = ivf_storage.BLOCK_CRC_FORMAT  # a v4 header under a v5 name
+    (path / "MANIFEST").write_text(json.dumps(manifest))
+    with pytest.raises(bbqlib.CorruptFileError, match="block checksums"):
+        bbqlib.load(path)

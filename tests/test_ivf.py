@@ -537,7 +537,7 @@ def test_save_open_round_trip(built, data, tmp_path):
         or opened._postings.codes.base is not None
     )
     manifest = json.loads((tmp_path / "ix" / "MANIFEST").read_text())
-    assert manifest["magic"] == "bbqlib-ivf" and manifest["format_version"] == 4
+    assert manifest["magic"] == "bbqlib-ivf" and manifest["format_version"] == ST.FORMAT_VERSION
 
 
 def test_path_mode_streams_and_serves_from_disk(data, tmp_path):
@@ -644,11 +644,11 @@ def test_fault_exception_mid_save_keeps_last_good(built, data, tmp_path, monkeyp
     real = ST.write_container
     calls = []
 
-    def failing(path, kind, meta, arrays):
+    def failing(path, kind, meta, arrays, **kwargs):
         calls.append(kind)
         if kind == ST.HEADER_KIND:
             raise OSError("disk full (injected)")
-        return real(path, kind, meta, arrays)
+        return real(path, kind, meta, arrays, **kwargs)
 
     monkeypatch.setattr(ST, "write_container", failing)
     with pytest.raises(OSError, match="injected"):

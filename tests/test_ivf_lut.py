@@ -21,6 +21,7 @@ from bbqlib._kernels import scoring as KS
 from bbqlib.encoding import get_encoding, padded_dim
 from bbqlib.index.ivf import plan as S
 from bbqlib.index.ivf.scan import uses_lut
+from bbqlib.index.ivf.storage import FORMAT_VERSION
 from bbqlib.packing import lut_blocks, lut_list_blocks, pack_planes
 from bbqlib.scoring import dedup_topk
 
@@ -112,7 +113,8 @@ def test_format_2_files_carry_checked_blocks(vectors, tmp_path):
     index.add(X)
     expected = index.search(Q, 10, visit_percentage=20.0)
     index.save(tmp_path / "ix")
-    assert json.loads((tmp_path / "ix" / "MANIFEST").read_text())["format_version"] == 4
+    manifest = json.loads((tmp_path / "ix" / "MANIFEST").read_text())
+    assert manifest["format_version"] == FORMAT_VERSION
     opened = IVFIndex.open(tmp_path / "ix")
     assert opened._postings.lut is not None and isinstance(opened._postings.lut[0].base, np.memmap)
     got = opened.search(Q, 10, visit_percentage=20.0)

@@ -25,8 +25,8 @@ FLOORS = [
         "applications",
         (
             "bbqlib.analysis", "bbqlib.adapters", "bbqlib.io.exchange", "bbqlib.distributed",
-            "bbqlib.cli", "bbqlib._load", "bbqlib.__main__", "bbqlib.threads", "bbqlib.warmup",
-            "bbqlib.datasets",
+            "bbqlib.cli", "bbqlib._load", "bbqlib._repair", "bbqlib.__main__", "bbqlib.threads",
+            "bbqlib.warmup", "bbqlib.datasets",
             "bbqlib.calibrate", "bbqlib.serving",
         ),
     ),

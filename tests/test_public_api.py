@@ -24,6 +24,7 @@ REQUIRED = {
     "Similarity",
     "NotFittedError",
     "CorruptFileError",
+    "repair",
 }
 
 

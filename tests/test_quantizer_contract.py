@@ -23,6 +23,7 @@ FACTORIES = {
     "int8_osq": lambda: bbqlib.ScalarQuantizer(method="osq", similarity="euclidean"),
     "int8_per_dim": lambda: bbqlib.ScalarQuantizer(method="per_dim", similarity="euclidean"),
     "int8_global": lambda: bbqlib.ScalarQuantizer(method="global", similarity="euclidean"),
+    "saq": lambda: bbqlib.SAQQuantizer(bits=1.5, similarity="euclidean"),
 }
 
 
@@ -78,12 +79,14 @@ def test_not_fitted_error_keeps_scikit_learn_bases():
         (bbqlib.BBQQuantizer, False, None),
         (bbqlib.RaBitQQuantizer, True, 1.9),
         (bbqlib.ScalarQuantizer, False, None),
+        (bbqlib.SAQQuantizer, True, 1.9),
     ],
 )
 def test_declared_capabilities(cls, has_bound, eps0):
     assert cls.has_error_bound is has_bound and cls.default_eps0 == eps0
     q = cls()
-    assert set(q.supported_query_bits) <= {4, 7, 8, None}
+    widths = {None, *range(2, 17)} if cls is bbqlib.SAQQuantizer else {4, 7, 8, None}
+    assert set(q.supported_query_bits) <= widths
 
 
 def test_scalar_quantizer_is_a_factory_of_one_class_per_method():

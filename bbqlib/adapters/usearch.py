@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import check_k, check_vectors, prepare_for_similarity
+from .._validation import check_k, check_vectors, owned_rows, prepare_for_similarity
 from ..index.ids import RowIds
 from ..quantizers import BBQQuantizer, Quantizer
 from ..scoring import (
@@ -173,7 +173,7 @@ class USearchIndex:
         fits the quantizer if it is not fitted yet (its centroid stays fixed).
         """
         q = self.quantizer
-        X = check_vectors(X, "X", dim=q.dim_ if q.is_fitted else None)
+        X = owned_rows(check_vectors(X, "X", dim=q.dim_ if q.is_fitted else None), X)
         if self._attached is not None:
             raise ValueError(
                 "attach_vectors() fixed the float vectors; attach after the last add()"

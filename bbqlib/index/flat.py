@@ -6,7 +6,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .._validation import NotFittedError, check_k, check_vectors, prepare_for_similarity
+from .._validation import (
+    NotFittedError,
+    cap_k,
+    check_source,
+    check_vectors,
+    owned_rows,
+    prepare_for_similarity,
+)
+from ..io.atomic import clean_orphans
 from ..io.container import (
     CorruptFileError,
     check_format_version,
@@ -23,6 +31,7 @@ from ..scoring import (
     finish,
     rerank_keys,
 )
+from ._locks import IndexGuard
 from .ids import RowIds, filter_rows
 from .single import flat_search_one
 
@@ -65,6 +74,11 @@ class FlatIndex:
     the scan, masked, and in the file, until the index is rebuilt); a deleted id may be added
     again. :attr:`ntotal` counts every vector added, ``len(index)`` the live ones.
 
+    Thread safety (``docs/concurrency.md``): any number of threads may :meth:`search` (and
+    :meth:`save`) while one thread adds; a search sees the index before or after each
+    :meth:`add`, never a mix. Writes are serialized. The index keeps its own copy of every
+    batch it is given, so the caller may reuse its buffer.
+
     Examples
     --------
     >>> import numpy as np, bbqlib
@@ -104,6 +118,16 @@ class FlatIndex:
         self._joined: tuple | None = None
         self._ids = RowIds()
         self._deleted: np.ndarray | None = None  # bool [ntotal] once something is deleted
+        self._guard = IndexGuard()
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_guard", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._guard = IndexGuard()
 
     # -- building ---------------------------------------------------------------------------
     def add(self, X, ids=None) -> None:
@@ -117,38 +141,52 @@ class FlatIndex:
             the index); default: the largest id so far + 1, + 2, ... (row numbers when no id
             is ever given). Duplicates and negatives raise ``ValueError`` naming them.
 
-        The first call fits the quantizer if it is not fitted yet.
+        The first call fits the quantizer if it is not fitted yet. ``X`` is validated as
+        every ``add`` of bbqlib validates (:func:`bbqlib._validation.check_source`, then
+        the values) and copied: reusing the buffer afterwards does not change the index.
+        Thread-safe: searches running meanwhile see the index before or after this batch.
         """
-        q = self.quantizer
-        if not q.is_fitted:
-            X = check_vectors(X, "X")
-            new = self._ids.new_ids(ids, X.shape[0], self._deleted)
-            q.fit(X)
-        else:
-            X = check_vectors(X, "X", dim=q.dim_)
-            new = self._ids.new_ids(ids, X.shape[0], self._deleted)
-        enc = q.encode(X)  # validates the similarity's rules before anything is stored
-        self._codes.append(enc)
-        if self.store_vectors:
-            self._vectors.append(prepare_for_similarity(X, q.similarity_, "X"))
-        self._ids = self._ids.appended(new, X.shape[0])
-        if self._deleted is not None:
-            self._deleted = np.concatenate([self._deleted, np.zeros(X.shape[0], dtype=bool)])
-        self._joined = None
+        with self._guard.writing:
+            q = self.quantizer
+            source = check_source(X, "X", dim=q.dim_ if q.is_fitted else None)
+            new = self._ids.new_ids(ids, source.shape[0], self._deleted)
+            if not q.is_fitted:
+                with self._guard.swapping():  # no search may see a half-fitted quantizer
+                    q.fit(source)
+            rows = check_vectors(source, "X", dim=q.dim_)
+            enc = q.encode(rows)  # validates the similarity's rules before anything is stored
+            vectors = None
+            if self.store_vectors:
+                vectors = owned_rows(prepare_for_similarity(rows, q.similarity_, "X"), X)
+            n_new = rows.shape[0]
+            row_ids = self._ids.appended(new, n_new)
+            deleted = self._deleted
+            if deleted is not None:
+                deleted = np.concatenate([deleted, np.zeros(n_new, dtype=bool)])
+            with self._guard.swapping(), self._guard.joining:
+                self._codes = [*self._codes, enc]
+                if vectors is not None:
+                    self._vectors = [*self._vectors, vectors]
+                self._ids = row_ids
+                self._deleted = deleted
+                self._joined = None
 
     def delete(self, ids) -> None:
         """Delete vectors by id (like faiss's ``remove_ids``); later searches skip them.
 
         Deleted vectors become tombstones: they stay in the codes and the file, masked in
         every scan, and their ids may be added again. Raises ``ValueError`` naming ids that
-        are not in the index or already deleted (nothing is deleted then).
+        are not in the index or already deleted (nothing is deleted then). Thread-safe:
+        searches running meanwhile see the index before or after the whole call.
         """
-        if self.ntotal == 0:
-            raise ValueError("this FlatIndex is empty; there is nothing to delete")
-        rows = self._ids.rows_of(ids, self._deleted)
-        deleted = np.zeros(self.ntotal, bool) if self._deleted is None else self._deleted.copy()
-        deleted[rows] = True
-        self._deleted = deleted
+        with self._guard.writing:
+            if self.ntotal == 0:
+                raise ValueError("this FlatIndex is empty; there is nothing to delete")
+            rows = self._ids.rows_of(ids, self._deleted)
+            deleted = np.zeros(self.ntotal, bool) if self._deleted is None else self._deleted.copy()
+            deleted[rows] = True
+            with self._guard.swapping():  # a search sees the tombstones before or after
+                self._deleted = deleted
 
     @property
     def ids(self) -> np.ndarray:
@@ -166,18 +204,23 @@ class FlatIndex:
         return 0 if self._deleted is None else int(self._deleted.sum())
 
     def _parts(self) -> tuple[EncodedVectors | None, np.ndarray | None]:
-        if self._joined is None:
-            codes = EncodedVectors.concatenate(self._codes) if self._codes else None
-            if len(self._codes) > 1:
-                self._codes = [codes]
-            vectors = None
-            if self._vectors:
-                vectors = (
-                    self._vectors[0] if len(self._vectors) == 1 else np.concatenate(self._vectors)
-                )
-                self._vectors = [vectors]
-            self._joined = (codes, vectors)
-        return self._joined
+        joined = self._joined
+        if joined is not None:
+            return joined
+        with self._guard.joining:  # one concatenation, shared by the searches that need it
+            if self._joined is None:
+                codes = EncodedVectors.concatenate(self._codes) if self._codes else None
+                vectors = None
+                if self._vectors:
+                    vectors = (
+                        self._vectors[0]
+                        if len(self._vectors) == 1
+                        else np.concatenate(self._vectors)
+                    )
+                self._codes = [codes] if codes is not None else []
+                self._vectors = [vectors] if vectors is not None else []
+                self._joined = (codes, vectors)
+            return self._joined
 
     @property
     def ntotal(self) -> int:
@@ -235,18 +278,26 @@ class FlatIndex:
         scores : float32 [nq, k]
         ids : int64 [nq, k]
             The vectors' ids (``-1`` pads when fewer than ``k`` are found).
+
+        ``k`` is capped at the index size (:attr:`ntotal`) before anything is allocated, so
+        the results have ``min(k, ntotal)`` columns. Thread-safe, also during an :meth:`add`
+        or :meth:`delete` (the search sees the index before or after it).
         """
+        with self._guard.reading():
+            return self._search(queries, k, oversample, rerank, filter, scores)
+
+    def _search(self, queries, k, oversample, rerank, filter, scores):
         one = flat_search_one(self, queries, k, oversample, rerank, filter, scores)
         if one is not None:  # one query: the fused single-query path (index/single.py)
             return one
         q = self.quantizer
         if not q.is_fitted:
             raise NotFittedError("this FlatIndex is empty; call add(X) first")
-        k = check_k(k)
         check_scores(scores)
         Q = q._validated(queries, "queries", allow_1d=True)
         codes, vectors = self._parts()
         n = 0 if codes is None else len(codes)
+        k = cap_k(k, n)
         allowed = self._allowed(filter)
         sim = q.similarity_
         if rerank == "bound":
@@ -296,7 +347,15 @@ class FlatIndex:
 
     # -- files ------------------------------------------------------------------------------
     def save(self, path) -> Path:
-        """Write the index to one checksummed file, atomically (see :mod:`bbqlib.io.container`)."""
+        """Write the index to one checksummed file, atomically (see :mod:`bbqlib.io.container`).
+
+        Holds the path's advisory lock while writing (and removes temporary files that
+        killed writers of ``path`` left). Thread-safe: a concurrent :meth:`add` waits.
+        """
+        with self._guard.reading():
+            return self._save(path)
+
+    def _save(self, path) -> Path:
         q = self.quantizer
         if not q.is_fitted:
             raise NotFittedError("this FlatIndex is empty; call add(X) before save")
@@ -327,11 +386,28 @@ class FlatIndex:
 
     @classmethod
     def load(cls, path, *, mmap: bool = True, verify: bool = True) -> FlatIndex:
-        """Open a saved index; codes and vectors are memory-mapped unless ``mmap=False``."""
+        """Open a saved index; codes and vectors are memory-mapped unless ``mmap=False``.
+
+        Temporary files that killed writers of ``path`` left are removed first (unless a live
+        writer holds the path's lock). Every section's CRC32 is checked (``verify=False``
+        skips that); a malformed file raises :class:`~bbqlib.CorruptFileError`.
+        """
+        clean_orphans(path)
         kind, meta, arrays = read_container(path, mmap=mmap, verify=verify)
         if kind != _KIND:
             raise ValueError(f"{path} holds a {kind!r}, not a flat index; use bbqlib.load")
         check_format_version(path, "flat index", meta.get("format_version", 1), FORMAT_VERSION)
+        try:
+            return cls._from_file(path, meta, arrays)
+        except CorruptFileError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+            raise CorruptFileError(
+                f"{path} holds a malformed flat index ({type(err).__name__}: {err})"
+            ) from err
+
+    @classmethod
+    def _from_file(cls, path, meta: dict, arrays: dict) -> FlatIndex:
         q_arrays = {
             k.split(".", 1)[1]: np.asarray(v)
             for k, v in arrays.items()
@@ -339,18 +415,23 @@ class FlatIndex:
         }
         q = quantizer_from_state(meta["quantizer"], q_arrays)
         index = cls(q, store_vectors=meta["store_vectors"])
+        n = int(meta["ntotal"])
         if "codes" in arrays:
+            codes, corrections = arrays["codes"], arrays["corrections"]
+            if codes.shape != (n, q.encoding_.doc_bytes(q.dim_)) or corrections.shape[:1] != (n,):
+                raise ValueError(
+                    f"codes {codes.shape} / corrections {corrections.shape}, ntotal {n}"
+                )
             index._codes = [
                 EncodedVectors(
-                    arrays["codes"],
-                    arrays["corrections"],
-                    q.encoding_,
-                    q.dim_,
-                    q.centroid_dot_,
-                    q.fingerprint_,
+                    codes, corrections, q.encoding_, q.dim_, q.centroid_dot_, q.fingerprint_
                 )
             ]
+        elif n:
+            raise ValueError(f"no codes for ntotal {n}")
         if "vectors" in arrays:
+            if arrays["vectors"].shape != (n, q.dim_):
+                raise ValueError(f"vectors {arrays['vectors'].shape}, ntotal {n}, dim {q.dim_}")
             index._vectors = [arrays["vectors"]]
         index._restore_ids(path, meta, arrays)
         return index
@@ -363,11 +444,34 @@ class FlatIndex:
             raise CorruptFileError(
                 f"{path} holds ids of {ids.dtype} {ids.shape} for {n} vectors; the file is damaged"
             )
-        self._ids = RowIds(n, ids, meta.get("next_id"))
+        next_id = meta.get("next_id")
+        if ids is not None and ids.size:
+            low, high = int(ids.min()), int(ids.max())
+            if low < 0 or (next_id is not None and high >= int(next_id)):
+                raise CorruptFileError(
+                    f"{path} holds ids in [{low}, {high}] but next_id {next_id}; the file is "
+                    "damaged"
+                )
+        self._ids = RowIds(n, ids, next_id)
+        n_deleted = int(meta.get("n_deleted", 0))
         if "deleted" in arrays:
-            self._deleted = np.unpackbits(
-                np.asarray(arrays["deleted"]), count=n, bitorder="little"
-            ).astype(bool)
+            packed = np.asarray(arrays["deleted"])
+            if packed.dtype != np.uint8 or packed.shape != ((n + 7) // 8,):
+                raise CorruptFileError(
+                    f"{path} holds a deletion bitmap of {packed.dtype} {packed.shape} for {n} "
+                    "vectors; the file is damaged"
+                )
+            deleted = np.unpackbits(packed, count=n, bitorder="little").astype(bool)
+            if int(deleted.sum()) != n_deleted:
+                raise CorruptFileError(
+                    f"{path} marks {int(deleted.sum())} vectors deleted but its header says "
+                    f"{n_deleted}; the file is damaged"
+                )
+            self._deleted = deleted
+        elif n_deleted:
+            raise CorruptFileError(
+                f"{path} says {n_deleted} vectors are deleted but holds no deletion bitmap"
+            )
 
     def __repr__(self) -> str:
         deleted = f", deleted={self.n_deleted}" if self.n_deleted else ""

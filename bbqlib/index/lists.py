@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._params import check_int
-from .._validation import check_k, check_vectors, prepare_for_similarity
+from .._validation import check_k, check_vectors, owned_rows, prepare_for_similarity
 from ..quantizers import BBQQuantizer, EncodedVectors, Quantizer
 from ..scoring import (
     EMPTY_ID,
@@ -93,7 +93,7 @@ class ListsIndex:
         """Validated float32 rows and ids (:meth:`RowIds.new_ids`); fits the quantizer on
         the first call, after both were checked."""
         q = self.quantizer
-        X = check_vectors(X, "X", dim=q.dim_ if q.is_fitted else None)
+        X = owned_rows(check_vectors(X, "X", dim=q.dim_ if q.is_fitted else None), X)
         new = self._ids.new_ids(ids, X.shape[0], None)
         if not q.is_fitted:
             q.fit(X)

@@ -11,12 +11,10 @@ bad input). The results are the general path's, bit for bit: the same compiled b
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .._kernels import single as KO
-from .._validation import UNIT_NORM_TOLERANCE
+from .._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE
 from ..encoding import padded_dim
 from ..quantizers import BBQQuantizer
 from ..scoring import SCORE_KINDS, candidate_count, check_oversample, use_lut
@@ -45,7 +43,7 @@ def prepared_query(x: np.ndarray, similarity: Similarity) -> np.ndarray | None:
     cosine = similarity is Similarity.COSINE
     out = np.empty_like(x) if cosine else x
     sq = KO.prepare_one(x, cosine, out)
-    if not math.isfinite(sq):
+    if not sq <= MAX_SQ_NORM:  # not finite, or beyond check_vectors' bound
         return None
     if cosine and sq == 0.0:
         return None
@@ -163,6 +161,7 @@ def flat_search_one(index, queries, k, oversample, rerank, filter, scores):
     centroid, width, docs, default = state
     oversample = default if oversample is None else check_oversample(oversample, default)
     n = docs[4]
+    k = min(k, n)  # results have min(k, ntotal) columns, as the batch path's ``cap_k``
     depth = candidate_count(k, oversample, n) if rerank else min(k, n)
     Qt = Qp if q.transform_ is None else q.transform_rows(Qp)
     is_l2 = docs[7]

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from bbqlib.io.errors import CorruptFileError
 from bbqlib.io.vectors import PathLike, atomic_path, iter_vector_batches
 
 __all__ = [
@@ -66,8 +67,12 @@ def _open(path: PathLike) -> Any:
         raise FileNotFoundError(errno.ENOENT, "ann-benchmarks file not found", str(path))
     try:
         return h5py.File(path, "r")
-    except OSError as exc:  # h5py's "file signature not found" and friends
-        raise ValueError(f"{str(path)!r} is not a readable HDF5 file: {exc}") from exc
+    except (OSError, RuntimeError, ValueError, KeyError) as exc:  # "file signature not found"...
+        raise CorruptFileError(f"{str(path)!r} is not a readable HDF5 file: {exc}") from exc
+
+
+#: What h5py raises on damaged files (its errors map HDF5's C error stack onto these).
+_H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, IndexError, AttributeError)
 
 
 def read_ann_benchmarks(path: PathLike, *, mmap: bool = False) -> AnnBenchmarksDataset:
@@ -91,8 +96,11 @@ def read_ann_benchmarks(path: PathLike, *, mmap: bool = False) -> AnnBenchmarksD
     ------
     ImportError
         h5py is not installed.
-    FileNotFoundError, ValueError
-        Missing file, not HDF5, a dataset missing or shapes that do not fit together.
+    FileNotFoundError
+        Missing file.
+    CorruptFileError
+        (a ``ValueError``) Not HDF5, damaged, a dataset missing or shapes that do not fit
+        together; the message names the file and what is wrong.
 
     Examples
     --------
@@ -101,16 +109,29 @@ def read_ann_benchmarks(path: PathLike, *, mmap: bool = False) -> AnnBenchmarksD
     >>> read_ann_benchmarks_metric(path)  # doctest: +SKIP
     'angular'
     """
-    with _open(path) as f:
-        missing = [name for name in _DATASETS if name not in f]
-        if missing:
-            raise ValueError(
-                f"{str(path)!r} is not an ann-benchmarks file: datasets {missing} are missing "
-                f"(it has {sorted(f.keys())})"
-            )
-        arrays = [_load(f[name], path, mmap) for name in _DATASETS]
+    f = _open(path)
+    try:
+        with f:
+            missing = [name for name in _DATASETS if name not in f]
+            if missing:
+                raise CorruptFileError(
+                    f"{str(path)!r} is not an ann-benchmarks file: datasets {missing} are "
+                    f"missing (it has {sorted(f.keys())})"
+                )
+            h5py = _h5py()
+            odd = [name for name in _DATASETS if not isinstance(f[name], h5py.Dataset)]
+            if odd:
+                raise CorruptFileError(f"{str(path)!r}: {odd} are not datasets")
+            arrays = [_load(f[name], path, mmap) for name in _DATASETS]
+    except CorruptFileError:
+        raise
+    except _H5_ERRORS as exc:  # damage found while reading (h5py raises many kinds)
+        raise CorruptFileError(f"{str(path)!r} is a damaged HDF5 file: {exc}") from exc
     dataset = AnnBenchmarksDataset(*arrays)
-    _check_shapes(dataset, f"{str(path)!r}")
+    try:
+        _check_shapes(dataset, f"{str(path)!r}")
+    except ValueError as exc:
+        raise CorruptFileError(str(exc)) from None
     return dataset
 
 
@@ -123,12 +144,18 @@ def _load(dset: Any, path: PathLike, mmap: bool) -> np.ndarray:
 
 def read_ann_benchmarks_metric(path: PathLike) -> str:
     """The ``distance`` attribute of an ann-benchmarks file: ``"euclidean"``, ``"angular"``..."""
-    with _open(path) as f:
-        if "distance" not in f.attrs:
-            raise ValueError(
-                f"{str(path)!r} has no 'distance' attribute; it is not an ann-benchmarks file"
-            )
-        value = f.attrs["distance"]
+    f = _open(path)
+    try:
+        with f:
+            if "distance" not in f.attrs:
+                raise CorruptFileError(
+                    f"{str(path)!r} has no 'distance' attribute; it is not an ann-benchmarks file"
+                )
+            value = f.attrs["distance"]
+    except CorruptFileError:
+        raise
+    except _H5_ERRORS as exc:
+        raise CorruptFileError(f"{str(path)!r} is a damaged HDF5 file: {exc}") from exc
     return value.decode() if isinstance(value, bytes) else str(value)
 
 

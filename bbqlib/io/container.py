@@ -23,10 +23,12 @@ import json
 import struct
 import zlib
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
-from .vectors import atomic_path
+from .atomic import atomic_path
+from .errors import CorruptFileError, UnsupportedFormatError
 
 __all__ = [
     "MAGIC",
@@ -35,6 +37,8 @@ __all__ = [
     "UnsupportedFormatError",
     "check_format_version",
     "write_container",
+    "Container",
+    "open_container",
     "read_container",
     "read_kind",
     "crc32_of",
@@ -47,14 +51,6 @@ _PREFIX = struct.Struct("<8sIIII")
 _FOOTER = struct.Struct("<8sIIQ")
 _ALIGN = 64
 _CRC_CHUNK = 1 << 24
-
-
-class CorruptFileError(ValueError):
-    """The file is truncated, corrupted or not a bbqlib file."""
-
-
-class UnsupportedFormatError(CorruptFileError):
-    """The file was written by a newer bbqlib, in a format version this one cannot read."""
 
 
 def check_format_version(path, what: str, version, newest: int) -> int:
@@ -90,8 +86,14 @@ def _aligned(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
-def write_container(path, kind: str, meta: dict, arrays: dict[str, np.ndarray]) -> Path:
-    """Write ``arrays`` and ``meta`` atomically to ``path`` (temp file, fsync, rename)."""
+def write_container(
+    path, kind: str, meta: dict, arrays: dict[str, np.ndarray], *, lock: bool = True
+) -> Path:
+    """Write ``arrays`` and ``meta`` atomically to ``path`` (temp file, fsync, rename).
+
+    ``lock``: hold the path's advisory lock (see :func:`bbqlib.io.atomic.atomic_path`); pass
+    False when the caller holds a lock that covers ``path``.
+    """
     path = Path(path)
     arrays = {name: np.asarray(a) for name, a in arrays.items()}
     for name, a in arrays.items():
@@ -124,7 +126,7 @@ def write_container(path, kind: str, meta: dict, arrays: dict[str, np.ndarray]) 
     total = offset + _FOOTER.size
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+    with atomic_path(path, lock=lock) as tmp, open(tmp, "wb") as f:
         f.write(_PREFIX.pack(MAGIC, FORMAT_VERSION, len(header), header_crc, 0))
         f.write(header)
         for sec, a in zip(sections, arrays.values(), strict=True):
@@ -158,9 +160,14 @@ def _read_header(f, path: Path, size: int) -> dict:
             f"file has {size} bytes)"
         )
     try:
-        return json.loads(header)
+        parsed = json.loads(header)
     except ValueError as err:
         raise CorruptFileError(f"{path} has an unreadable header: {err}") from None
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("kind"), str):
+        raise CorruptFileError(f"{path} has a malformed header (no 'kind')")
+    if not isinstance(parsed.get("meta", {}), dict) or not isinstance(parsed.get("sections"), list):
+        raise CorruptFileError(f"{path} has a malformed header ('meta' or 'sections')")
+    return parsed
 
 
 def read_kind(path) -> str:
@@ -170,13 +177,47 @@ def read_kind(path) -> str:
         return _read_header(f, path, path.stat().st_size)["kind"]
 
 
-def read_container(path, *, mmap: bool = True, verify: bool = True):
-    """Read a container: ``(kind, meta, arrays)``.
+class Container(NamedTuple):
+    """What :func:`open_container` returns: the header's kind and meta, the arrays, and each
+    section's recorded CRC32 (to check a section later, e.g. before rewriting it)."""
+
+    kind: str
+    meta: dict
+    arrays: dict
+    crcs: dict
+
+
+def _section(sec, path: Path, size: int):
+    """``(name, dtype, shape, offset, nbytes, crc)`` of a section entry, or CorruptFileError."""
+    try:
+        name = str(sec["name"])
+        descr = sec["dtype"]
+        dtype = np.lib.format.descr_to_dtype(
+            [tuple(x) for x in descr] if isinstance(descr, list) else descr
+        )
+        shape = tuple(int(v) for v in sec["shape"])
+        offset, nbytes, crc = int(sec["offset"]), int(sec["nbytes"]), int(sec["crc32"])
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise CorruptFileError(f"{path} has a malformed section entry ({err!r})") from None
+    if dtype.hasobject or min(shape, default=0) < 0 or offset < 0:
+        raise CorruptFileError(f"{path} has a malformed section entry for {name!r}")
+    if nbytes != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+        raise CorruptFileError(
+            f"{path} is corrupted (section {name!r}: {nbytes} bytes for shape {shape})"
+        )
+    if offset + nbytes > size:
+        raise CorruptFileError(f"{path} is truncated (section {name!r} cut short)")
+    return name, dtype, shape, offset, nbytes, crc
+
+
+def open_container(path, *, mmap: bool = True, verify: bool = True) -> Container:
+    """Read a container: its kind, meta, arrays and the sections' recorded CRC32s.
 
     Parameters
     ----------
     mmap : memory-map the sections (read-only) instead of reading them into RAM.
-    verify : check every section's CRC32 (reads every byte once).
+    verify : check every section's CRC32 now (reads every byte once). Without it, callers
+        check what they read with :func:`crc32_of` against ``crcs``.
     """
     path = Path(path)
     if not path.exists():
@@ -184,24 +225,26 @@ def read_container(path, *, mmap: bool = True, verify: bool = True):
     size = path.stat().st_size
     with open(path, "rb") as f:
         header = _read_header(f, path, size)
-        arrays = {}
+        arrays, crcs = {}, {}
         for sec in header["sections"]:
-            dtype = np.lib.format.descr_to_dtype(
-                [tuple(x) for x in sec["dtype"]] if isinstance(sec["dtype"], list) else sec["dtype"]
-            )
-            shape = tuple(sec["shape"])
-            if sec["offset"] + sec["nbytes"] > size:
-                raise CorruptFileError(f"{path} is truncated (section {sec['name']!r} cut short)")
-            if sec["nbytes"] == 0:
+            name, dtype, shape, offset, nbytes, crc = _section(sec, path, size)
+            if nbytes == 0:
                 arr = np.empty(shape, dtype=dtype)
             elif mmap:
-                arr = np.memmap(path, dtype=dtype, mode="r", offset=sec["offset"], shape=shape)
+                arr = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
             else:
-                f.seek(sec["offset"])
-                arr = np.frombuffer(f.read(sec["nbytes"]), dtype=dtype).reshape(shape).copy()
-            if verify and crc32_of(arr) != sec["crc32"]:
+                f.seek(offset)
+                arr = np.frombuffer(f.read(nbytes), dtype=dtype).reshape(shape).copy()
+            if verify and crc32_of(arr) != crc:
                 raise CorruptFileError(
-                    f"{path} is corrupted (checksum mismatch in section {sec['name']!r})"
+                    f"{path} is corrupted (checksum mismatch in section {name!r})"
                 )
-            arrays[sec["name"]] = arr
-    return header["kind"], header["meta"], arrays
+            arrays[name] = arr
+            crcs[name] = crc
+    return Container(header["kind"], header.get("meta", {}), arrays, crcs)
+
+
+def read_container(path, *, mmap: bool = True, verify: bool = True):
+    """Read a container: ``(kind, meta, arrays)`` (see :func:`open_container`)."""
+    c = open_container(path, mmap=mmap, verify=verify)
+    return c.kind, c.meta, c.arrays

@@ -22,15 +22,16 @@ one, never half of one.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Union
 
 import numpy as np
+
+from .atomic import atomic_path
+from .errors import CorruptFileError
 
 __all__ = [
     "SUPPORTED_SUFFIXES",
@@ -113,7 +114,7 @@ def _existing_file(path: PathLike) -> tuple[Path, str, int]:
         raise FileNotFoundError(errno.ENOENT, "vector file not found", str(path))
     size = path.stat().st_size
     if size == 0:
-        raise ValueError(f"{str(path)!r} is empty (0 bytes); a {suffix} file needs a header")
+        raise CorruptFileError(f"{str(path)!r} is empty (0 bytes); a {suffix} file needs a header")
     return path, suffix, size
 
 
@@ -130,10 +131,13 @@ def _suffix(path: Path) -> str:
 def _read_npy(path: Path, mmap: bool) -> np.ndarray:
     try:
         X = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except (ValueError, EOFError) as exc:  # truncated data or a corrupt header
-        raise ValueError(f"{str(path)!r} is not a readable .npy file: {exc}") from exc
+    except (FileNotFoundError, PermissionError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - np.load fails in many ways on a damaged header
+        # (ValueError, EOFError, SyntaxError, tokenize.TokenError, OverflowError, ...)
+        raise CorruptFileError(f"{str(path)!r} is not a readable .npy file: {exc}") from exc
     if X.ndim != 2:
-        raise ValueError(
+        raise CorruptFileError(
             f"{str(path)!r} holds an array of shape {X.shape}; expected 2-D [n, d]. "
             "Reshape it (e.g. X.reshape(len(X), -1)) and save it again."
         )
@@ -143,17 +147,19 @@ def _read_npy(path: Path, mmap: bool) -> np.ndarray:
 def _map_vecs(path: Path, suffix: str, size: int) -> np.ndarray:
     dtype = _VECS_DTYPES[suffix]
     if size < 4:
-        raise ValueError(f"{str(path)!r} is truncated: {size} bytes, less than one 4-byte header")
+        raise CorruptFileError(
+            f"{str(path)!r} is truncated: {size} bytes, less than one 4-byte header"
+        )
     d = int(np.fromfile(path, dtype="<i4", count=1)[0])
     if d <= 0:
-        raise ValueError(
+        raise CorruptFileError(
             f"{str(path)!r}: the first row's dimension header is {d}, expected a positive int32; "
             f"the file is not a {suffix} file (or has another byte order)"
         )
     row = np.dtype([("d", "<i4"), ("v", dtype, (d,))])  # packed: 4 + d * itemsize bytes
     n, extra = divmod(size, row.itemsize)
     if extra:
-        raise ValueError(
+        raise CorruptFileError(
             f"{str(path)!r} is truncated or not a {suffix} file: rows of d = {d} take "
             f"{row.itemsize} bytes (4-byte header + {d} x {dtype.itemsize}), so the size should "
             f"be a multiple of {row.itemsize} (e.g. {n * row.itemsize} or "
@@ -166,7 +172,7 @@ def _map_vecs(path: Path, suffix: str, size: int) -> np.ndarray:
         bad = np.flatnonzero(block != d)
         if bad.size:
             i = int(bad[0])
-            raise ValueError(
+            raise CorruptFileError(
                 f"{str(path)!r}: row {start + i} has dimension header {int(block[i])}, expected "
                 f"{d} as in row 0; the file is corrupt or mixes vectors of different dimensions"
             )
@@ -176,12 +182,14 @@ def _map_vecs(path: Path, suffix: str, size: int) -> np.ndarray:
 def _map_bin(path: Path, suffix: str, size: int) -> np.ndarray:
     dtype = _BIN_DTYPES[suffix]
     if size < 8:
-        raise ValueError(f"{str(path)!r} is truncated: {size} bytes, less than the 8-byte header")
+        raise CorruptFileError(
+            f"{str(path)!r} is truncated: {size} bytes, less than the 8-byte header"
+        )
     # The writers store int32, readers in the wild use uint32: both agree below 2**31.
     n, d = (int(v) for v in np.fromfile(path, dtype="<u4", count=2))
     expected = 8 + n * d * dtype.itemsize
     if d == 0 or size != expected:
-        raise ValueError(
+        raise CorruptFileError(
             f"{str(path)!r}: header says n = {n}, d = {d} ({dtype} values), so the file should "
             f"be {expected} bytes (d >= 1), but it is {size} bytes; it is truncated or not a "
             f"{suffix} file"
@@ -352,42 +360,3 @@ def _check_range(block: np.ndarray, dtype: np.dtype, fmt: str) -> None:
             f"X: {fmt} stores {dtype.name} values in [{info.min}, {info.max}], but X holds "
             f"values in [{lo}, {hi}] that would wrap around; clip or choose another format"
         )
-
-
-@contextlib.contextmanager
-def atomic_path(path: PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success fsync it and rename it over ``path``.
-
-    On any exception the temporary file is removed and ``path`` is left as it was.
-    """
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise FileNotFoundError(errno.ENOENT, "directory does not exist", str(path.parent))
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        yield tmp
-        fd = os.open(tmp, os.O_RDWR)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        # mkstemp creates 0600; give the result the mode of the file it replaces, or 0644.
-        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_directory(path.parent)
-
-
-def _fsync_directory(directory: Path) -> None:
-    # Makes the rename itself durable on POSIX; not possible (nor needed) on Windows.
-    if os.name != "posix":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -5,6 +5,7 @@ from .bbq import BBQQuantizer
 from .encoded import EncodedVectors
 from .rabitq import RaBitQQuantizer
 from .registry import quantizer_from_state, register_quantizer
+from .saq import SAQQuantizer
 from .scalar import (
     GlobalScalarQuantizer,
     OSQScalarQuantizer,
@@ -16,6 +17,7 @@ __all__ = [
     "Quantizer",
     "BBQQuantizer",
     "RaBitQQuantizer",
+    "SAQQuantizer",
     "ScalarQuantizer",
     "OSQScalarQuantizer",
     "PerDimScalarQuantizer",

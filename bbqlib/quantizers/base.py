@@ -70,8 +70,9 @@ class Quantizer:
     default_eps0: ClassVar[float | None] = None
     #: Constructor parameters, in order.
     _param_names: ClassVar[tuple[str, ...]] = ()
-    #: The parameter that names the optional transform ("precondition" or "rotation").
-    _transform_param: ClassVar[str] = "precondition"
+    #: The parameter that names the optional transform ("precondition" or "rotation"; None:
+    #: the family has none, e.g. SAQ fits its own PCA frame).
+    _transform_param: ClassVar[str | None] = "precondition"
     #: Declarative checks of the parameters the registry does not check (bits, query_bits).
     _constraints: ClassVar[dict] = {}
     #: Name hashed into fingerprints (stable across class renames: files store fingerprints).
@@ -162,7 +163,8 @@ class Quantizer:
                 f"{X.shape[1]}; use more bits"
             )
         X = prepare_for_similarity(X, similarity, "X")
-        transform = make_transform_for(getattr(self, self._transform_param), X.shape[1], self.seed)
+        spec = getattr(self, self._transform_param) if self._transform_param else None
+        transform = make_transform_for(spec, X.shape[1], self.seed)
         if transform is not None:
             X = transform.transform(X)
         self._discard_fit()
@@ -402,10 +404,11 @@ class Quantizer:
             }
             transform = transform_from_state(params["transform"], t_arrays)
         init = {k: params[k] for k in cls._param_names if k in params}
-        init[cls._transform_param] = transform
+        if cls._transform_param:
+            init[cls._transform_param] = transform
         q = cls(**init)
         q._set_common(
-            ENCODINGS.lookup(q.family, params["bits"], params["query_bits"]),
+            cls._encoding_for_state(params),
             resolve_similarity(params["similarity"]),
             params["dim"],
             transform,
@@ -415,6 +418,12 @@ class Quantizer:
         if q.fingerprint_ != params["fingerprint"]:
             raise ValueError("quantizer state is inconsistent (fingerprint mismatch)")
         return q
+
+    @classmethod
+    def _encoding_for_state(cls, params: dict) -> Encoding:
+        """The registry row a file's ``params`` name (a family whose fit specialises its row
+        overrides this; its ``_restore`` specialises it again)."""
+        return ENCODINGS.lookup(cls.family, params["bits"], params["query_bits"])
 
     def with_query_bits(self, query_bits):
         """A copy of this fitted quantizer scoring queries at another bit width.

@@ -173,7 +173,7 @@ def centroid_dot(centroid: np.ndarray) -> float:
 def validated(q, X, name: str, *, allow_1d: bool = False) -> np.ndarray:
     """Query rows as Lucene's scorer sees them: checked, and ``l2normalize``-d for cosine."""
     q._check_fitted()
-    X = check_vectors(X, name, dim=q.dim_, allow_1d=allow_1d)
+    X = check_vectors(X, name, dim=q.dim_, allow_1d=allow_1d, max_sq_norm=None)  # as Lucene
     _check_rows(X, q.similarity_, name)
     if q.similarity_ is Similarity.COSINE:
         return _l2normalize(X)[0]
@@ -185,7 +185,7 @@ def fit(q, X):
     """Fix the encoding and Lucene's centroid (see :func:`lucene_centroid`); returns ``q``."""
     enc = check_params(q)
     similarity = resolve_similarity(q.similarity)
-    X = check_vectors(X, "X")
+    X = check_vectors(X, "X", max_sq_norm=None)  # Lucene scores what it gets, overflow included
     if X.shape[1] > enc.max_dim:
         raise ValueError(
             f"{enc.doc_bits}-bit codes support at most {enc.max_dim} dimensions "
@@ -244,7 +244,7 @@ def encode(q, X) -> EncodedVectors:
     :func:`lucene_doc_bytes` gives the bytes Lucene itself stores.
     """
     q._check_fitted()
-    X = check_vectors(X, "X", dim=q.dim_)
+    X = check_vectors(X, "X", dim=q.dim_, max_sq_norm=None)
     _check_rows(X, q.similarity_, "X")
     enc = q.encoding_
     n, d = X.shape

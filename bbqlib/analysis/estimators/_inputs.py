@@ -25,7 +25,10 @@ def _describe(quantizer) -> str:
     pre = getattr(quantizer, "precondition", None)
     if pre not in (None, False):
         extra += f", {pre if isinstance(pre, str) else type(pre).__name__}"
-    return f"{name} {enc.doc_bits}x{qb}{extra}"
+    plan = getattr(enc, "plan", "")  # SAQ: segments and widths, e.g. "64@5, 192@2, 128@0"
+    if plan:
+        extra += f" [{plan}]"
+    return f"{name} {enc.doc_bits:g}x{qb}{extra}"
 
 
 def _centre(quantizer, X: np.ndarray) -> np.ndarray:

@@ -9,12 +9,12 @@ one block of rows plus the finished codes is held in RAM.
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 
 import numpy as np
 
 from ..._kernels import ivf as KI
+from ...io.atomic import temp_path
 from .postings import Postings
 
 __all__ = [
@@ -49,7 +49,7 @@ def progress_bar(show: bool, total: int, desc: str):
 
 def work_file(directory: Path, source, fn, d: int):
     """A temporary float32 memmap in ``directory`` holding ``fn`` of each block of ``source``."""
-    path = directory / f".work.{secrets.token_hex(6)}.f32"
+    path = temp_path(directory / "work.f32")  # removed at the next open if we are killed
     blocks = (
         source
         if not isinstance(source, np.ndarray)

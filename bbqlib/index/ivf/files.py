@@ -24,7 +24,7 @@ from . import plan as P
 from . import storage as ST
 from .postings import Postings
 
-__all__ = ["save", "load_into", "header_meta", "verify"]
+__all__ = ["save", "load_into", "header_meta", "verify", "check_before_rewrite"]
 
 
 def header_meta(index) -> dict:
@@ -104,7 +104,11 @@ def save(index, path: Path) -> None:
     q_params, arrays = _header_arrays(index, crc, lut_crc)
     meta = header_meta(index)
     meta["quantizer"] = q_params
-    ST.save_generation(path, meta, arrays, stored, index._segments)
+    # Saving over the directory this index was read from: it must not have moved on.
+    read_from = getattr(index, "_generation", None)  # (directory, generation) or None
+    same = read_from is not None and read_from[0] == str(Path(path).resolve())
+    expect = read_from[1] if same else None
+    ST.save_generation(path, meta, arrays, stored, index._segments, expect_generation=expect)
 
 
 def _quantizer_of(meta: dict, h: dict):
@@ -133,6 +137,7 @@ def _quantizer_of(meta: dict, h: dict):
 def load_into(index, path: Path) -> None:
     """Read the current generation of ``path`` into ``index`` (maps postings and vectors)."""
     meta, h, postings, segments = ST.open_generation(path)
+    section_crcs = postings.pop("_section_crcs", None)
     q = _quantizer_of(meta, h)
     if "list_wire" in h and np.any(np.asarray(h["list_wire"]) != q.encoding_.wire):
         raise CorruptFileError(
@@ -181,8 +186,9 @@ def load_into(index, path: Path) -> None:
     index._postings = Postings(
         codes, factors, ids, h["list_start"], crc=np.asarray(h["list_crc"]),
         lut_crc=None if lut is None else np.asarray(h["list_lut_crc"]),
-        source=path / meta["postings_file"], lut=lut,
+        source=path / meta["postings_file"], lut=lut, section_crcs=section_crcs,
     )  # fmt: skip
+    index._generation = (str(Path(path).resolve()), int(meta["generation"]))
     index._assign = postings["assignments"]
     index._set_deleted(
         np.unpackbits(h["deleted"], count=index._ntotal, bitorder="little").astype(bool)
@@ -202,7 +208,14 @@ def verify(index) -> dict:
     """Every checksum (disk-backed) or the structure (in memory) of ``index``; raise if bad."""
     post = index._postings
     if post.crc is not None and post.source is not None:
-        out = ST.verify_generation(Path(post.source).parent)
+        # What this index serves (its maps), even if another process saved since.
+        header = {"list_start": post.start, "list_crc": post.crc, "list_lut_crc": post.lut_crc}
+        postings = dict(post.arrays(), assignments=index._assign)
+        if index._row_ids.ids is not None:
+            postings["row_ids"] = index._row_ids.ids
+        postings["_section_crcs"] = post.section_crcs or {}
+        meta = {"generation": index._generation[1], "postings_file": Path(post.source).name}
+        out = ST.verify_arrays(Path(post.source).parent, meta, header, postings, index._segments)
         post.mark_verified()
         return out
     start = post.start
@@ -214,3 +227,25 @@ def verify(index) -> dict:
     if len(index._row_ids) != index._ntotal:
         raise CorruptFileError("IVF index in memory holds ids for another number of vectors")
     return {"generation": None, "lists": int(start.size - 1), "vector_segments": 0}
+
+
+def check_row_ids(index) -> None:
+    """The CRC32 of the caller ids mapped from the posting file (``row_ids``), checked once
+    per map before anything reads them: a search maps its result rows through them, and
+    ``delete``, ``filter`` and ``add`` look ids up (a damaged id would be served silently)."""
+    ids = index._row_ids.ids
+    if ids is not None and index._fitted:
+        index._postings.check_section("row_ids", ids)
+
+
+def check_before_rewrite(index) -> None:
+    """Check the CRC32 of everything a rewrite reads from the files (every posting list's
+    row codes, factors and ids, and the assignments), so that damage a search never reads
+    cannot be laundered into a new generation with fresh checksums. Lists are checked once
+    per map (the first add after an open pays for a read of the posting file)."""
+    post = index._postings
+    if post.crc is None:
+        return
+    post.check(np.arange(post.n_lists), blocks=False)
+    post.check_section("assignments", index._assign)
+    check_row_ids(index)

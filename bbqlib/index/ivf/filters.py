@@ -37,7 +37,8 @@ def allowed_mask(filter, n: int, live: np.ndarray | None) -> np.ndarray | None:
 
 
 def allowed_per_list(postings: Postings, allowed: np.ndarray) -> np.ndarray:
-    """Allowed entries per list (float64 [K])."""
+    """Allowed entries per list (float64 [K]); reads every id (checked first, once)."""
+    postings.check_section("ids")
     entry_list = np.repeat(np.arange(postings.n_lists, dtype=np.int32), postings.sizes)
     weights = allowed[np.asarray(postings.ids)].astype(np.float64)
     return np.bincount(entry_list, weights=weights, minlength=postings.n_lists)

@@ -19,16 +19,20 @@ import numpy as np
 
 from ..._kernels.policy import cap_threads, thread_scope, threads_for
 from ..._params import check_int
-from ..._validation import NotFittedError, check_k, check_vectors
+from ..._validation import NotFittedError, cap_k, check_source
+from ...encoding import ENCODINGS
+from ...io.vectors import read_vectors
 from ...quantizers import BBQQuantizer, Quantizer
 from ...scoring import candidate_count, check_oversample, check_scores, dedup_topk, finish
 from ...similarity import Similarity
+from .._locks import IndexGuard
 from ..ids import RowIds, filter_rows
 from . import build as B
 from . import files as F
 from . import plan as P
 from . import storage as ST
 from .filters import allowed_mask, allowed_per_list
+from .guarded import GuardedWrites
 from .scan import rerank_segments, scan_lists
 from .single import ivf_search_one
 
@@ -59,7 +63,7 @@ def _check_visit_percentage(value) -> float | None:
     return value
 
 
-class IVFIndex:
+class IVFIndex(GuardedWrites):
     """Inverted-file index over quantized codes with SOAR spilling (DiskBBQ style).
 
     Parameters
@@ -163,6 +167,11 @@ class IVFIndex:
             quantizer.similarity_kind  # noqa: B018
         elif not isinstance(quantizer, Quantizer):
             raise TypeError(f"quantizer must be a bbqlib Quantizer, got {type(quantizer).__name__}")
+        elif "ivf" not in ENCODINGS.family(quantizer.family).indexes:
+            raise ValueError(
+                f"{type(quantizer).__name__} codes are served by FlatIndex only (their registry "
+                "rows list no 'ivf'); use bbqlib.FlatIndex"
+            )
         elif given:
             raise ValueError(
                 f"pass either a quantizer or {', '.join(given)}, not both: the quantizer "
@@ -175,8 +184,10 @@ class IVFIndex:
         self.soar = bool(soar)
         self.store_vectors = bool(store_vectors)
         self._fitted = False
+        self._generation = None  # (directory, generation) this index was read from
         self._row_ids = RowIds()
         self.last_search_stats: dict = {}
+        self._guard = IndexGuard()
 
     # ------------------------------------------------------------------ properties
     @property
@@ -265,34 +276,29 @@ class IVFIndex:
         The first call fits the quantizer (on a seeded sample of at most 65,536 rows) and
         clusters. Later calls assign each vector to its nearest centroid and its SOAR list; a
         list whose primary vectors then exceed ``2 · cluster_size`` is re-clustered into
-        several lists (needs ``store_vectors``).
+        several lists (needs ``store_vectors``). ``X`` is validated as every ``add`` of
+        bbqlib validates (floats only, finite, squared norms within float32's range) and
+        copied. On an index read from files, every posting list's CRC32 is checked before
+        the lists are rewritten (once per open). Thread-safe (see the class notes).
         """
-        from ...io.vectors import read_vectors
-
         source = read_vectors(X, mmap=True) if isinstance(X, (str, os.PathLike)) else X
-        if isinstance(source, np.memmap):
-            source = source.view(np.ndarray)
-        elif not isinstance(source, np.ndarray):
-            source = np.asarray(source)
-        if source.ndim != 2:
-            raise ValueError(f"X must be 2-D (n, d), got shape {source.shape}")
+        source = check_source(source, "X", dim=self.dim_ if self._fitted else None)
         n = source.shape[0]
-        if n == 0:
-            raise ValueError("X is empty (0 rows); pass at least one vector")
-        if self.ntotal + n > MAX_VECTORS:
-            raise ValueError(f"an IVFIndex holds at most {MAX_VECTORS} vectors (int32 rows)")
-        if self._fitted:
-            check_vectors(source[:1], "X", dim=self.dim_)
-        new = self._row_ids.new_ids(ids, n, self._deleted if self._fitted else None)
         show = (n >= AUTO_PROGRESS_ROWS) if progress is None else bool(progress)
-        if not self._fitted:
-            B.build(self, source, show)
-            self._fitted = True
-        else:
-            B.add_more(self, source, show)
-        self._row_ids = self._row_ids.appended(new, n)
-        if self.path is not None:
-            self.save(self.path)
+        with self._writing(self.path):
+            if self.ntotal + n > MAX_VECTORS:
+                raise ValueError(f"an IVFIndex holds at most {MAX_VECTORS} vectors (int32 rows)")
+            F.check_row_ids(self)
+            new = self._row_ids.new_ids(ids, n, self._deleted if self._fitted else None)
+            work = self._clone()
+            if not work._fitted:
+                B.build(work, source, show)
+                work._fitted = True
+            else:
+                F.check_before_rewrite(work)  # damage must not get fresh checksums
+                B.add_more(work, source, show)
+            work._row_ids = work._row_ids.appended(new, n)
+            self._commit(work)
 
     def _set_centroids(self, C: np.ndarray) -> None:
         from ..clustering import parent_level
@@ -322,6 +328,7 @@ class IVFIndex:
         for seg in self._segments:
             stop = start + len(seg)
             lo, hi = np.searchsorted(rows, [start, stop])
+            seg.check_rows(rows[lo:hi] - start)  # block CRC32s, on the first read
             out[lo:hi] = seg.array[rows[lo:hi] - start]
             start = stop
         return out
@@ -333,14 +340,16 @@ class IVFIndex:
         Raises ``ValueError`` naming ids that are not in the index or already deleted.
         """
         self._check_fitted()
-        rows = self._row_ids.rows_of(ids, self._deleted)
-        if rows.size == 0:
-            return
-        deleted = self._deleted.copy()
-        deleted[rows] = True
-        self._set_deleted(deleted)
-        if self.path is not None:
-            self.save(self.path)
+        with self._writing(self.path):
+            F.check_row_ids(self)
+            rows = self._row_ids.rows_of(ids, self._deleted)
+            if rows.size == 0:
+                return
+            deleted = self._deleted.copy()
+            deleted[rows] = True
+            work = self._clone()
+            work._set_deleted(deleted)
+            self._commit(work)
 
     # ------------------------------------------------------------------ searching
     @thread_scope
@@ -376,12 +385,20 @@ class IVFIndex:
         scores : {"raw", "similarity"}
             ``"raw"`` (default): squared L2 (ascending) or the inner product / cosine, as
             faiss returns them; ``"similarity"``: Lucene's mapping (higher is better).
+
+        Results have ``min(k, ntotal)`` columns (``k`` capped before allocating), padded with
+        ``-1`` ids where deletions or a filter leave fewer. Thread-safe, also during a write.
         """
+        with self._guard.reading():
+            return self._search(queries, k, visit_percentage, oversample, rerank, filter, scores)
+
+    def _search(self, queries, k, visit_percentage, oversample, rerank, filter, scores):
+        self._check_fitted()
+        F.check_row_ids(self)  # once per map: results are mapped through them
         one = ivf_search_one(self, queries, k, visit_percentage, oversample, rerank, filter, scores)
         if one is not None:  # one query: the fused single-query path (single.py)
             return one
-        self._check_fitted()
-        k = check_k(k)
+        k = cap_k(k, self._ntotal)
         check_scores(scores)
         vp = _check_visit_percentage(visit_percentage)
         if rerank not in (True, False):
@@ -448,7 +465,11 @@ class IVFIndex:
         """Write the index as a new generation of the directory ``path`` (atomic).
 
         ``path`` defaults to the index's own ``path``. Vector files already in ``path`` are
-        reused, not rewritten; an interrupted save leaves the previous generation openable.
+        reused, not rewritten; an interrupted save leaves the previous generation openable,
+        and its leftovers are removed by the next open or save (``docs/ivf-format.md``).
+        Holds the directory's advisory lock throughout. Raises
+        :class:`~bbqlib.index.ivf.storage.StaleIndexError` when saving over the directory
+        this index was read from after another process saved a newer generation there.
         """
         self._check_fitted()
         if path is None:
@@ -456,10 +477,10 @@ class IVFIndex:
                 raise ValueError("save() needs a path: this index has none (pass path=...)")
             path = self.path
         path = Path(path)
-        F.save(self, path)
-        if self.path is not None and path.resolve() == self.path.resolve():
-            # The index lives here: serve from the new files, drop the RAM copies.
-            F.load_into(self, path)
+        with self._writing(path):
+            work = self._clone()
+            work._store(path)
+            self._publish(work)
         return path
 
     @classmethod
@@ -476,15 +497,9 @@ class IVFIndex:
         """
         path = Path(path)
         meta, _, _, _ = ST.open_generation(path)
-        index = cls(
-            BBQQuantizer(),  # replaced by the stored quantizer below
-            cluster_size=meta["cluster_size"],
-            seed=meta["seed"],
-            path=path,
-            soar=meta["soar"],
-            store_vectors=meta["store_vectors"],
-        )
-        F.load_into(index, path)
+        index = cls(BBQQuantizer(), cluster_size=meta["cluster_size"], seed=meta["seed"],
+                    path=path, soar=meta["soar"], store_vectors=meta["store_vectors"])  # fmt: skip
+        F.load_into(index, path)  # the stored quantizer replaces BBQQuantizer()
         index._fitted = True
         if preload:
             from ...io.preload import preload_arrays
@@ -495,11 +510,13 @@ class IVFIndex:
     def verify(self) -> dict:
         """Check every checksum (disk-backed) or the structure (in memory); raise if bad.
 
-        On disk: the header, every posting list's CRC32 and every vector file's CRC32.
-        Returns a small summary.
+        On disk: every posting list's CRC32, every section of the posting file and every
+        vector file's CRC32 (and its blocks'), over the files this index serves (the header
+        was checked whole when it was opened). Returns a small summary.
         """
         self._check_fitted()
-        return F.verify(self)
+        with self._guard.reading():
+            return F.verify(self)
 
     def __repr__(self) -> str:
         deleted = f", deleted={self.n_deleted}" if self.n_deleted else ""

@@ -26,7 +26,8 @@ class Postings:
     """The posting arrays of an IVF index (in RAM or memory-mapped from a posting file).
 
     ``crc`` / ``lut_crc``: per-list CRC32 of the stored file (None in RAM); ``source``: the
-    file they map; ``lut``: ``(blocks, block_starts)`` once made or mapped.
+    file they map; ``lut``: ``(blocks, block_starts)`` once made or mapped;
+    ``section_crcs``: the posting file's section CRC32s (``assignments`` is checked by them).
     """
 
     codes: np.ndarray
@@ -37,6 +38,7 @@ class Postings:
     lut_crc: np.ndarray | None = None
     source: Path | None = None
     lut: tuple[np.ndarray, np.ndarray] | None = None
+    section_crcs: dict | None = None
     _verified: np.ndarray = field(init=False, repr=False)
     _verified_blocks: np.ndarray = field(init=False, repr=False)
 
@@ -45,6 +47,7 @@ class Postings:
         k = self.n_lists
         self._verified = np.full(k, self.crc is None, dtype=bool)
         self._verified_blocks = np.full(k, self.lut_crc is None, dtype=bool)
+        self._checked_sections: set[str] = set()
 
     @property
     def n_lists(self) -> int:
@@ -102,9 +105,24 @@ class Postings:
             )
         verified[todo] = True
 
+    def check_section(self, name: str, arr: np.ndarray | None = None) -> None:
+        """The posting file's CRC32 of a whole section (``ids``, ``assignments``), checked
+        once, before a reader uses all of it (files only; ``arr``: the section's array)."""
+        crcs = self.section_crcs or {}
+        if name not in crcs or name in self._checked_sections:
+            return
+        arr = getattr(self, name) if arr is None else arr
+        if ST.crc32_of(arr) != crcs[name]:
+            raise CorruptFileError(
+                f"posting file {self.source} is corrupted (checksum mismatch in section "
+                f"{name!r}); rebuild the index or restore the file"
+            )
+        self._checked_sections.add(name)
+
     def mark_verified(self) -> None:
         self._verified[:] = True
         self._verified_blocks[:] = True
+        self._checked_sections.update(self.section_crcs or ())
 
 
 def merge_postings(old: Postings, keep: np.ndarray, new: Postings, n_lists: int) -> Postings:

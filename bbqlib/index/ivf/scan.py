@@ -94,6 +94,7 @@ def rerank_segments(Qp, segments, cand: np.ndarray, k: int, similarity: Similari
         inside = (cand >= start) & (cand < stop)
         if inside.any():
             local = np.where(inside, cand - start, -1)
+            seg.check_rows(local[inside])  # block CRC32s, on the first read of each block
             raw = np.where(inside, exact_values(Qp, seg.array, local, mode), raw)
         start = stop
     return rerank_keys(raw, cand, k, similarity)

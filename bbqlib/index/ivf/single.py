@@ -27,11 +27,13 @@ def _state(index):
     """What the fast path needs of the index as it is now (kept until the next change): the
     fixed arguments of the plan and scan kernels."""
     postings = index._postings
-    key = (postings, index._segments, len(index._segments), index._table, index._C)
+    segments = index._segments
+    first = segments[0] if segments else None
+    key = (postings, segments, len(segments), index._table, index._C, first)
     cached = getattr(index, "_single_state", None)
     if cached is not None:
         old = cached[0]
-        if old[2] == key[2] and all(old[i] is key[i] for i in (0, 1, 3, 4)):
+        if old[2] == key[2] and all(old[i] is key[i] for i in (0, 1, 3, 4, 5)):
             return cached[1]
     state = False
     q = index.quantizer
@@ -74,7 +76,8 @@ def _state(index):
                 q.dim_,
                 _EMPTY_MASK,
             ),  # fmt: skip
-            "vectors": float_rows(index._segments[0].array),
+            "segment": first,
+            "vectors": float_rows(first.array),
             "verified": postings.crc is None,
         }
     index._single_state = (key, state)
@@ -115,6 +118,7 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
     default = enc.default_oversample
     oversample = default if oversample is None else check_oversample(oversample, default)
     ntotal = index._ntotal
+    k = min(k, ntotal)  # results have min(k, ntotal) columns, as the batch path's ``cap_k``
     depth = candidate_count(k, oversample, ntotal) if rerank else min(k, ntotal)
     if depth == 0:
         return None
@@ -144,5 +148,7 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
         "visited_fraction": entries / max(1, 2 * ntotal),
         "depth": depth,
     }
+    if rerank and state["segment"].blocks is not None:  # block CRC32s at their first read
+        state["segment"].check_rows(rows[rows >= 0])
     out, rows = rerank_finish(Qp, state["vectors"], keys, rows, k, sim, rerank, scores)
     return out, index._row_ids.of_rows(rows)

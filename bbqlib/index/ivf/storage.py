@@ -18,31 +18,40 @@ blocks, factors and ids), checked the first time a search reads the list and by 
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import re
-import secrets
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ...io.atomic import (
+    DIR_LOCK_NAME,
+    atomic_path,
+    dir_lock_path,
+    is_temp_name,
+    path_lock,
+    remove_temp_files,
+)
+from ...io.blocks import BlockChecksums
 from ...io.container import (
     CorruptFileError,
     check_format_version,
     crc32_of,
+    open_container,
     read_container,
     write_container,
 )
-from ...io.vectors import atomic_path
 from ...packing import lut_block_starts
+from .segments import Segment, map_segment, with_block_checksums, write_segment
 
 __all__ = [
     "MANIFEST",
     "MAGIC",
     "FORMAT_VERSION",
     "Segment",
+    "StaleIndexError",
+    "directory_lock",
     "list_crc",
     "list_crcs",
     "write_segment",
@@ -58,28 +67,32 @@ MAGIC = "bbqlib-ivf"
 #: 3 records the quantizer (any family; ``meta["quantizer"]``, ``quantizer.*`` arrays) and
 #: each list's encoding wire number (``list_wire``); 4 the caller's ids (``row_ids`` int64
 #: [ntotal] in the postings when any was given; ``custom_ids``, ``next_id`` in the header).
-#: Formats 1 to 3 still open and serve (ids = rows).
-FORMAT_VERSION = 4
+#: 5 a CRC32 per block of rows of every vector segment (``block_rows``, ``block_crc32`` in
+#: each ``vector_segments`` entry, required from 5 on). Formats 1 to 4 still open and serve
+#: (ids = rows before 4; their segments are checked whole by ``verify()`` until a save
+#: writes them a format-5 header, which computes their block checksums).
+FORMAT_VERSION = 5
+#: The first format whose segment entries must carry block checksums.
+BLOCK_CRC_FORMAT = 5
 HEADER_KIND = "ivf_header"
 POSTINGS_KIND = "ivf_postings"
 _OWNED = re.compile(r"^(header\.\d+\.bbq|postings\.\d+\.bbq|vectors\.[0-9a-f]+\.npy)$")
+_HEADER_NAME = re.compile(r"^header\.\d{6,}\.bbq$")
+#: Targets whose temporary files belong to the directory (its writer holds the dir lock).
+_TEMP_TARGETS = re.compile(r"^(MANIFEST|work\.f32|" + _OWNED.pattern[2:-2] + r")$")
 _CRC_CHUNK = 1 << 24
+#: Times an open retries when a concurrent save replaced the generation it was reading.
+_OPEN_RETRIES = 8
 
 
-@dataclass
-class Segment:
-    """A block of float vectors (rows ``start : start + len(array)`` of the index).
+class StaleIndexError(RuntimeError):
+    """Another process saved a newer generation of the directory since this index read its
+    own; saving would drop that process's changes. Reopen (``IVFIndex.open``) and redo."""
 
-    ``file`` is the segment's path once it is on disk (then ``array`` is a read-only memory
-    map of it) and ``crc32`` the CRC of its data bytes.
-    """
 
-    array: np.ndarray
-    file: Path | None = None
-    crc32: int | None = None
-
-    def __len__(self) -> int:
-        return self.array.shape[0]
+def directory_lock(directory, *, blocking: bool = True):
+    """The advisory lock every writer of the IVF directory holds (``bbqlib.io.atomic``)."""
+    return path_lock(dir_lock_path(directory), blocking=blocking)
 
 
 # --------------------------------------------------------------------------- checksums
@@ -121,89 +134,29 @@ def list_crcs(postings: dict, list_start: np.ndarray, *, blocks: bool = False) -
     return out
 
 
-# --------------------------------------------------------------------------- vectors
-
-
-def write_segment(directory: Path, batches, dim: int) -> Segment:
-    """Stream float32 batches into a new ``vectors.<token>.npy`` (atomic); return it mapped.
-
-    ``batches`` yields float32 [m, dim] C-contiguous arrays. The row count is not needed in
-    advance: the ``.npy`` header is rewritten at the end (its length does not change, NumPy
-    pads it to a fixed 64-byte multiple, and we reserve room for a 20-digit count).
-    """
-    directory = Path(directory)
-    name = directory / f"vectors.{secrets.token_hex(8)}.npy"
-    rows = 0
-    crc = 0
-    with atomic_path(name) as tmp, open(tmp, "wb") as f:
-        header = _npy_header(10**19, dim)  # widest count: fixes the header length
-        f.write(header)
-        for block in batches:
-            block = np.ascontiguousarray(block, dtype="<f4")
-            crc = _crc(block, crc)
-            f.write(block.tobytes())
-            rows += block.shape[0]
-        new_header = _npy_header(rows, dim, pad_to=len(header))
-        f.seek(0)
-        f.write(new_header)
-    return Segment(_map_segment(name, rows, dim), name, crc)
-
-
-def _advise_random(arr) -> None:
-    """Tell the kernel that rerank reads of this map are random (no read-ahead).
-
-    A rerank touches ``k'`` scattered rows per query; with the default read-ahead every
-    page fault pulls in neighbouring pages nobody asked for, which under a memory cap
-    evicts the pages that matter (the posting lists, read sequentially, keep read-ahead).
-    """
-    m = getattr(arr, "_mmap", None)
-    if m is not None and hasattr(m, "madvise") and hasattr(mmap, "MADV_RANDOM"):
-        m.madvise(mmap.MADV_RANDOM)
-
-
-def _npy_header(rows: int, dim: int, pad_to: int | None = None) -> bytes:
-    d = {"descr": "<f4", "fortran_order": False, "shape": (int(rows), int(dim))}
-    text = repr(d)
-    total = pad_to if pad_to is not None else -(-(10 + len(text) + 1 + 32) // 64) * 64
-    body = text + " " * (total - 10 - len(text) - 1) + "\n"
-    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode("latin1")
-
-
-def _map_segment(path: Path, rows: int, dim: int) -> np.ndarray:
-    if not path.exists():
-        raise CorruptFileError(
-            f"the IVF index at {path.parent} is incomplete: vector file {path.name} listed in "
-            "its header is missing; restore the file or rebuild the index"
-        )
-    try:
-        arr = np.load(path, mmap_mode="r")
-    except ValueError as err:  # np.load names a truncated data part "cannot reshape"/"mmap"
-        raise CorruptFileError(
-            f"vector file {path} is truncated or corrupted ({err}); restore it or rebuild"
-        ) from None
-    _advise_random(arr)
-    if arr.shape != (rows, dim) or arr.dtype != np.dtype("<f4"):
-        raise CorruptFileError(
-            f"vector file {path} holds {arr.dtype} {arr.shape}, expected float32 "
-            f"({rows}, {dim}); the file does not belong to this index"
-        )
-    return arr.view(np.ndarray)
-
-
 # --------------------------------------------------------------------------- generations
 
 
 def _read_manifest(directory: Path) -> dict | None:
     path = directory / MANIFEST
-    if not path.exists():
-        return None
     try:
-        manifest = json.loads(path.read_text())
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:  # unreadable, or not UTF-8
+        raise CorruptFileError(f"{path} is not a readable IVF manifest ({err})") from None
+    try:
+        manifest = json.loads(text)
     except ValueError as err:
         raise CorruptFileError(f"{path} is not a valid IVF manifest ({err})") from None
     if not isinstance(manifest, dict) or manifest.get("magic") != MAGIC:
         raise CorruptFileError(f"{path} is not a bbqlib IVF manifest (bad magic)")
     check_format_version(path, "IVF", manifest.get("format_version"), FORMAT_VERSION)
+    gen, header = manifest.get("generation"), manifest.get("header")
+    if isinstance(gen, bool) or not isinstance(gen, int) or gen < 1:
+        raise CorruptFileError(f"{path} is corrupted (generation {gen!r})")
+    if not isinstance(header, str) or not _HEADER_NAME.match(header):
+        raise CorruptFileError(f"{path} is corrupted (header file name {header!r})")
     return manifest
 
 
@@ -213,56 +166,78 @@ def save_generation(
     header_arrays: dict[str, np.ndarray],
     postings_arrays: dict[str, np.ndarray] | Path,
     segments: list[Segment],
+    *,
+    expect_generation: int | None = None,
 ) -> tuple[int, list[Segment]]:
     """Write a new generation into ``directory`` and make it current.
 
-    Segments already stored in ``directory`` are referenced, the others are written; the same
-    for ``postings_arrays`` when it is the path of a posting file in ``directory`` (unchanged
-    postings, e.g. after a delete). Returns the generation number and the segments as stored
-    (memory-mapped from ``directory``).
+    Segments already stored in ``directory`` are referenced, the others are written (a stored
+    segment of another directory is copied and its CRC32 checked on the way); the same for
+    ``postings_arrays`` when it is the path of a posting file in ``directory`` (unchanged
+    postings, e.g. after a delete). Holds the directory's lock throughout. Returns the
+    generation number and the segments as stored (memory-mapped from ``directory``).
+
+    ``expect_generation``: the generation the caller's data was read from; if the directory
+    moved on since (another process saved), :class:`StaleIndexError` is raised and nothing
+    is written.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    manifest = _read_manifest(directory)
-    generation = (int(manifest["generation"]) if manifest else 0) + 1
-    stored = []
-    for seg in segments:
-        if seg.file is not None and seg.file.parent.resolve() == directory.resolve():
-            stored.append(seg)
-        else:
-            dim = seg.array.shape[1]
-            stored.append(write_segment(directory, _blocks(seg.array), dim))
-    meta = dict(meta)
-    meta["generation"] = generation
-    meta["vector_segments"] = [
-        {"file": s.file.name, "rows": len(s), "crc32": int(s.crc32)} for s in stored
-    ]
-    header_name = f"header.{generation:06d}.bbq"
-    same_dir = isinstance(postings_arrays, Path) and (
-        postings_arrays.parent.resolve() == directory.resolve()
-    )
-    if same_dir:
-        postings_name = postings_arrays.name
-    else:
-        if isinstance(postings_arrays, Path):  # unchanged postings of another directory
-            _, _, postings_arrays = read_container(postings_arrays, mmap=True, verify=False)
-        postings_name = f"postings.{generation:06d}.bbq"
-        write_container(
-            directory / postings_name, POSTINGS_KIND, {"generation": generation}, postings_arrays
+    with directory_lock(directory):
+        manifest = _read_manifest(directory)
+        current = int(manifest["generation"]) if manifest else 0
+        if expect_generation is not None and current != expect_generation:
+            raise StaleIndexError(
+                f"the IVF index at {directory} is at generation {current}, but this index "
+                f"was read from generation {expect_generation}: another process saved it "
+                "since. Reopen it with IVFIndex.open and apply the change again"
+            )
+        remove_temp_files_of(directory)
+        generation = current + 1
+        stored = []
+        for seg in segments:
+            if seg.file is not None and seg.file.parent.resolve() == directory.resolve():
+                stored.append(with_block_checksums(seg))  # kept from format <= 4: add them
+            else:
+                dim = seg.array.shape[1]
+                stored.append(
+                    write_segment(directory, _blocks(seg.array), dim, expect_crc=seg.crc32)
+                )
+        meta = dict(meta)
+        meta["generation"] = generation
+        meta["vector_segments"] = [_segment_entry(s) for s in stored]
+        header_name = f"header.{generation:06d}.bbq"
+        same_dir = isinstance(postings_arrays, Path) and (
+            postings_arrays.parent.resolve() == directory.resolve()
         )
-    meta["postings_file"] = postings_name
-    meta["postings_bytes"] = (directory / postings_name).stat().st_size
-    write_container(directory / header_name, HEADER_KIND, meta, header_arrays)
-    new_manifest = {
-        "magic": MAGIC,
-        "format_version": FORMAT_VERSION,
-        "generation": generation,
-        "header": header_name,
-    }
-    with atomic_path(directory / MANIFEST) as tmp:
-        tmp.write_text(json.dumps(new_manifest, indent=1) + "\n")
-    _collect_garbage(directory, {header_name, postings_name, *(s.file.name for s in stored)})
+        if same_dir:
+            postings_name = postings_arrays.name
+        else:
+            if isinstance(postings_arrays, Path):  # unchanged postings of another directory
+                # verify: a copy must not launder damage into fresh checksums
+                _, _, postings_arrays = read_container(postings_arrays, mmap=True, verify=True)
+            postings_name = f"postings.{generation:06d}.bbq"
+            write_container(directory / postings_name, POSTINGS_KIND,
+                            {"generation": generation}, postings_arrays, lock=False)  # fmt: skip
+        meta["postings_file"] = postings_name
+        meta["postings_bytes"] = (directory / postings_name).stat().st_size
+        write_container(directory / header_name, HEADER_KIND, meta, header_arrays, lock=False)
+        new_manifest = {
+            "magic": MAGIC,
+            "format_version": FORMAT_VERSION,
+            "generation": generation,
+            "header": header_name,
+        }
+        with atomic_path(directory / MANIFEST, lock=False) as tmp:
+            tmp.write_text(json.dumps(new_manifest, indent=1) + "\n")
+        _collect_garbage(directory, {header_name, postings_name, *(s.file.name for s in stored)})
     return generation, stored
+
+
+def _segment_entry(s: Segment) -> dict:
+    entry = {"file": s.file.name, "rows": len(s), "crc32": int(s.crc32)}
+    entry.update(s.blocks.to_meta())  # every stored segment has them (with_block_checksums)
+    return entry
 
 
 def _blocks(arr: np.ndarray, rows: int = 65536):
@@ -270,32 +245,86 @@ def _blocks(arr: np.ndarray, rows: int = 65536):
         yield np.ascontiguousarray(arr[start : start + rows], dtype=np.float32)
 
 
-def _collect_garbage(directory: Path, keep: set[str]) -> None:
-    """Delete the files of older generations (only names this format owns)."""
+def remove_temp_files_of(directory: Path) -> list[tuple[str, int]]:
+    """Remove the temporary files of the directory's own files (caller holds its lock)."""
+    removed = []
+    for name in {m for m in os.listdir(directory) if is_temp_name(m)}:
+        target = name[1:].rsplit(".", 2)[0] if name.endswith(".tmp") else "work.f32"
+        if _TEMP_TARGETS.match(target):
+            removed += remove_temp_files(directory, target)
+    return removed
+
+
+def _collect_garbage(directory: Path, keep: set[str]) -> list[tuple[str, int]]:
+    """Delete the files of other generations (only names this format owns), and temporary
+    files of this directory's writers. The caller holds the directory's lock."""
+    removed = remove_temp_files_of(directory)
     for entry in os.scandir(directory):
         if _OWNED.match(entry.name) and entry.name not in keep:
             try:
+                size = entry.stat().st_size
                 os.unlink(entry.path)
             except OSError:  # another process may have removed it; not our business
-                pass
+                continue
+            removed.append((entry.name, size))
+    return removed
 
 
-def open_generation(directory):
-    """Open the current generation: ``(meta, header_arrays, postings_arrays, segments)``.
+def _keep_of(manifest: dict, meta: dict) -> set[str]:
+    return {
+        manifest["header"],
+        meta["postings_file"],
+        *(s["file"] for s in meta["vector_segments"]),
+    }
 
-    The header is read and checked whole; postings and vectors are memory-mapped after their
-    headers, footers and sizes are checked (their contents are checked per list on first
-    read, or all at once by :func:`verify_generation`).
+
+def clean_directory(
+    directory, *, blocking: bool = False, timeout: float | None = None, keep=None
+) -> list | None:
+    """Remove what killed writers left in ``directory``: temporary files and files of no
+    generation (a save killed before or after its ``MANIFEST`` swap).
+
+    Only when no live writer holds the directory's lock (``blocking=False``: else return
+    None at once; ``timeout``: give up after that many seconds). Files of the current
+    generation are never touched; files of older generations that another process still
+    maps stay readable to it (POSIX keeps an unlinked file's data while it is mapped).
+    ``keep``: ``(generation, names)`` the caller just read (skips re-reading the header).
+    Returns ``(name, bytes)`` of what was removed.
     """
     directory = Path(directory)
-    if not directory.is_dir():
-        raise FileNotFoundError(f"no IVF index directory at {directory}")
-    manifest = _read_manifest(directory)
-    if manifest is None:
-        raise FileNotFoundError(
-            f"{directory} holds no IVF index (no {MANIFEST} file); build one with "
-            "IVFIndex(...).add(X) and save(path)"
+    lock = dir_lock_path(directory)
+    with path_lock(lock, blocking=blocking, timeout=timeout, reentrant=False) as got:
+        if not got:
+            return None
+        manifest = _read_manifest(directory)
+        if manifest is None:
+            return remove_temp_files_of(directory)
+        if keep is not None and keep[0] == manifest["generation"]:
+            names = keep[1]
+        else:
+            try:
+                meta = read_container(directory / manifest["header"], mmap=False)[1]
+                names = _keep_of(manifest, meta)
+            except (OSError, ValueError, KeyError, TypeError):
+                return remove_temp_files_of(directory)  # damaged: keep every generation
+        return _collect_garbage(directory, names)
+
+
+def _litter(directory: Path, names: set[str]) -> bool:
+    """Whether ``directory`` holds temporary files or files of no generation (cheap)."""
+    return any(is_temp_name(n) or n == DIR_LOCK_NAME or (_OWNED.match(n) and n not in names)
+               for n in os.listdir(directory))  # fmt: skip
+
+
+def _owned_name(directory: Path, name, what: str) -> str:
+    if not isinstance(name, str) or not _OWNED.match(name):
+        raise CorruptFileError(
+            f"the IVF header of {directory} is corrupted ({what} file name {name!r})"
         )
+    return name
+
+
+def _open_once(directory: Path, manifest: dict):
     header_path = directory / manifest["header"]
     if not header_path.exists():
         raise CorruptFileError(
@@ -305,37 +334,99 @@ def open_generation(directory):
     kind, meta, header_arrays = read_container(header_path, mmap=False, verify=True)
     if kind != HEADER_KIND:
         raise CorruptFileError(f"{header_path} holds a {kind!r}, not an IVF header")
-    postings_path = directory / meta["postings_file"]
+    try:
+        generation = meta["generation"]
+        postings_name = _owned_name(directory, meta["postings_file"], "posting")
+        postings_bytes = int(meta["postings_bytes"])
+        entries = [
+            (_owned_name(directory, s["file"], "vector"), int(s["rows"]), int(s["crc32"]), s)
+            for s in meta["vector_segments"]
+        ]
+        dim = int(meta["dim"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise CorruptFileError(f"{header_path} is malformed (meta: {err!r})") from None
+    if generation != manifest["generation"]:
+        raise CorruptFileError(
+            f"{header_path} holds generation {generation!r} but {MANIFEST} names generation "
+            f"{manifest['generation']}: a stale or foreign header; restore the files or rebuild"
+        )
+    postings_path = directory / postings_name
     if not postings_path.exists():
         raise CorruptFileError(
             f"the IVF index at {directory} is incomplete: posting file {postings_path.name} "
             "is missing; restore the file or rebuild the index"
         )
     size = postings_path.stat().st_size
-    if size != meta["postings_bytes"]:
+    if size != postings_bytes:
         raise CorruptFileError(
             f"posting file {postings_path} has {size} bytes, the header records "
-            f"{meta['postings_bytes']}: the file is truncated or was replaced"
+            f"{postings_bytes}: the file is truncated or was replaced"
         )
-    kind, _, postings = read_container(postings_path, mmap=True, verify=False)
-    if kind != POSTINGS_KIND:
-        raise CorruptFileError(f"{postings_path} holds a {kind!r}, not IVF postings")
-    postings = {k: v.view(np.ndarray) for k, v in postings.items()}
-    segments = [
-        Segment(
-            _map_segment(directory / s["file"], s["rows"], meta["dim"]),
-            directory / s["file"],
-            s["crc32"],
+    posting_file = open_container(postings_path, mmap=True, verify=False)
+    if posting_file.kind != POSTINGS_KIND:
+        raise CorruptFileError(f"{postings_path} holds a {posting_file.kind!r}, not IVF postings")
+    postings = {k: v.view(np.ndarray) for k, v in posting_file.arrays.items()}
+    postings["_section_crcs"] = posting_file.crcs
+    if int(manifest["format_version"]) >= BLOCK_CRC_FORMAT and any(
+        "block_crc32" not in e for *_, e in entries
+    ):
+        raise CorruptFileError(
+            f"{header_path} (format {manifest['format_version']}) lists a vector file without "
+            "its block checksums; restore the files or rebuild the index"
         )
-        for s in meta["vector_segments"]
-    ]
+    segments = []
+    for name, rows, crc, entry in entries:
+        path = directory / name
+        arr = map_segment(path, rows, dim)
+        segments.append(Segment(arr, path, crc, BlockChecksums.from_meta(entry, rows, path)))
     return meta, header_arrays, postings, segments
+
+
+def open_generation(directory):
+    """Open the current generation: ``(meta, header_arrays, postings_arrays, segments)``.
+
+    The header is read and checked whole, and its generation checked against ``MANIFEST``;
+    postings and vectors are memory-mapped after their headers, footers and sizes are
+    checked (their contents are checked per list and per block of rows on first read, or
+    all at once by :func:`verify_generation`). A save by another process that replaces the
+    generation while it is being opened makes the open start again on the new one. When no
+    writer holds the directory's lock, what killed writers left is removed first
+    (:func:`clean_directory`). ``postings_arrays["_section_crcs"]`` holds the posting
+    file's section CRC32s.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"no IVF index directory at {directory}")
+    for attempt in range(_OPEN_RETRIES):
+        manifest = _read_manifest(directory)
+        if manifest is None:
+            raise FileNotFoundError(
+                f"{directory} holds no IVF index (no {MANIFEST} file); build one with "
+                "IVFIndex(...).add(X) and save(path)"
+            )
+        try:
+            opened = _open_once(directory, manifest)
+        except (CorruptFileError, FileNotFoundError):
+            again = _read_manifest(directory)
+            if attempt + 1 == _OPEN_RETRIES or again is None or again == manifest:
+                raise  # the damage is real, not a save that replaced the files under us
+            continue
+        names = _keep_of(manifest, opened[0])
+        if _litter(directory, names):
+            clean_directory(directory, keep=(manifest["generation"], names))
+        return opened
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def verify_generation(directory) -> dict:
     """Check every checksum of the current generation; raise ``CorruptFileError`` if one fails."""
     directory = Path(directory)
     meta, header, postings, segments = open_generation(directory)
+    return verify_arrays(directory, meta, header, postings, segments)
+
+
+def verify_arrays(directory, meta, header, postings, segments) -> dict:
+    """Check every checksum of an opened generation (its maps, whatever is on disk now)."""
     for crcs, blocks in ((header["list_crc"], False), (header.get("list_lut_crc"), True)):
         if crcs is None:
             continue
@@ -345,10 +436,18 @@ def verify_generation(directory) -> dict:
                 f"posting file {directory / meta['postings_file']} is corrupted: {bad.size} "
                 f"list(s) fail their CRC32 (first: list {bad[0]}); rebuild the index"
             )
-    read_container(directory / meta["postings_file"], mmap=True, verify=True)  # assignments
+    section_crcs = postings.get("_section_crcs", {})
+    for name, crc in section_crcs.items():
+        if name in postings and crc32_of(postings[name]) != crc:
+            raise CorruptFileError(
+                f"posting file {directory / meta['postings_file']} is corrupted (checksum "
+                f"mismatch in section {name!r})"
+            )
     for seg in segments:
         if crc32_of(seg.array) != seg.crc32:
             raise CorruptFileError(f"vector file {seg.file} is corrupted (CRC32 mismatch)")
+        if seg.blocks is not None:
+            seg.blocks.check_all(seg.array)
     return {
         "generation": meta["generation"],
         "lists": int(header["list_crc"].size),

@@ -1,0 +1,88 @@
+"""How an index serves concurrent threads: searches in parallel, writes one at a time.
+
+The contract (``docs/concurrency.md``): any number of threads may search an index while
+one thread writes to it (``add``, ``delete``, ``save``); every search sees the index as it
+was before a write or after it, never a mix. Writes are serialized with each other.
+
+The mechanism is copy-on-write behind a readers-writer lock:
+
+- a search holds the **read** side of :class:`RWLock` for its whole duration (cheap: one
+  condition-variable round trip; the numba kernels release the GIL, so searches run in
+  parallel);
+- a write holds :attr:`IndexGuard.writing` (a re-entrant mutex, so one write at a time)
+  while it prepares the new state *without modifying the published one* (it encodes, merges
+  posting lists, writes files), then takes the **write** side only to swap the new state in
+  (a few attribute assignments), waiting for running searches to finish; new searches wait
+  for the swap (the lock prefers writers, so a stream of searches cannot starve them).
+
+Locks do not pickle: the indexes drop their guard in ``__getstate__`` and make a new one in
+``__setstate__``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+
+__all__ = ["RWLock", "IndexGuard"]
+
+
+class RWLock:
+    """A readers-writer lock that prefers writers (not re-entrant on the write side)."""
+
+    def __init__(self):
+        self._cond = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._writer = False
+        self._waiting = 0
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer or self._waiting:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if self._readers == 0:
+                    self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting += 1
+            try:
+                while self._writer or self._readers:
+                    self._cond.wait()
+            finally:
+                self._waiting -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+class IndexGuard:
+    """The locks of one index: ``reading`` (searches), ``writing`` (one write at a time),
+    ``swapping`` (a write publishing its new state), ``joining`` (a lazy concatenation that
+    searches share)."""
+
+    def __init__(self):
+        self._rw = RWLock()
+        self.writing = threading.RLock()
+        self.joining = threading.Lock()
+
+    def reading(self):
+        """Held by a search (or anything that reads the published state) throughout."""
+        return self._rw.read()
+
+    def swapping(self):
+        """Held by a write (inside ``writing``) while it assigns its new state."""
+        return self._rw.write()

@@ -1,0 +1,69 @@
+"""Copy-on-write writes of an :class:`~bbqlib.IVFIndex` (``docs/concurrency.md``).
+
+A write (``add``, ``delete``, ``save``) runs on :meth:`GuardedWrites._clone`, a shallow
+copy whose attributes it replaces (it never modifies an array the published state holds),
+then :meth:`GuardedWrites._publish` swaps the new attributes in while no search runs.
+Writes are serialized by the index's guard and, for a directory, by its advisory lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from .._locks import IndexGuard
+from . import files as F
+from . import storage as ST
+
+__all__ = ["GuardedWrites"]
+
+
+class GuardedWrites:
+    """Mixin: the write protocol of an index whose state is replaced, not mutated."""
+
+    _guard: IndexGuard
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_guard", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._guard = IndexGuard()
+
+    @contextlib.contextmanager
+    def _writing(self, path):
+        """One write at a time in this process, and the directory's lock across processes."""
+        with self._guard.writing:
+            if path is None:
+                yield
+            else:
+                Path(path).mkdir(parents=True, exist_ok=True)  # the lock file lives inside
+                with ST.directory_lock(path):
+                    yield
+
+    def _clone(self):
+        """A shallow copy whose state a write may replace without touching this one."""
+        work = object.__new__(type(self))
+        work.__dict__.update(
+            {k: list(v) if isinstance(v, list) else v for k, v in self.__dict__.items()}
+        )
+        return work
+
+    def _publish(self, work) -> None:
+        """Make ``work``'s state this index's, between two searches."""
+        with self._guard.swapping():
+            self.__dict__.update(work.__dict__)
+
+    def _store(self, path: Path) -> None:
+        """Save to ``path``; when the index lives there, serve from the new files."""
+        F.save(self, path)
+        if self.path is not None and path.resolve() == self.path.resolve():
+            F.load_into(self, path)  # drop the RAM copies
+
+    def _commit(self, work) -> None:
+        """Write ``work`` to its directory (when it has one), then publish it."""
+        if work.path is not None:
+            work._store(work.path)
+        self._publish(work)

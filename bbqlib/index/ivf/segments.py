@@ -1,0 +1,157 @@
+"""Float vector segments of an IVF directory: ``vectors.<token>.npy`` files.
+
+Immutable float32 ``.npy`` files (rows of the index in id order, as given, normalized for
+cosine), memory-mapped for the exact rerank. The header records each segment's CRC32 and
+(since format 5) a CRC32 per block of :data:`~bbqlib.io.blocks.BLOCK_ROWS` rows, checked
+the first time a block is read (:meth:`Segment.check_rows`). Segments of older directories
+get their block checksums when a save first writes a format-5 header for them
+(:func:`with_block_checksums`).
+"""
+
+from __future__ import annotations
+
+import mmap
+import secrets
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ...io.atomic import atomic_path
+from ...io.blocks import BLOCK_ROWS, BlockChecksums, BlockCRCWriter
+from ...io.errors import CorruptFileError
+
+__all__ = ["Segment", "write_segment", "map_segment", "with_block_checksums"]
+
+_CRC_CHUNK = 1 << 24
+
+
+def _crc(arr: np.ndarray, crc: int = 0) -> int:
+    flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    for start in range(0, flat.size, _CRC_CHUNK):
+        crc = zlib.crc32(flat[start : start + _CRC_CHUNK], crc)
+    return crc
+
+
+@dataclass
+class Segment:
+    """A block of float vectors (rows ``start : start + len(array)`` of the index).
+
+    ``file`` is the segment's path once it is on disk (then ``array`` is a read-only memory
+    map of it) and ``crc32`` the CRC of its data bytes.
+    """
+
+    array: np.ndarray
+    file: Path | None = None
+    crc32: int | None = None
+    blocks: BlockChecksums | None = None
+
+    def __len__(self) -> int:
+        return self.array.shape[0]
+
+    def check_rows(self, rows: np.ndarray) -> None:
+        """Check the block CRC32s of ``rows`` (local, >= 0) on their first read (files only)."""
+        if self.blocks is not None:
+            self.blocks.check(self.array, rows)
+
+
+def write_segment(directory: Path, batches, dim: int, *, expect_crc: int | None = None) -> Segment:
+    """Stream float32 batches into a new ``vectors.<token>.npy`` (atomic); return it mapped.
+
+    ``batches`` yields float32 [m, dim] C-contiguous arrays. The row count is not needed in
+    advance: the ``.npy`` header is rewritten at the end (its length does not change, NumPy
+    pads it to a fixed 64-byte multiple, and we reserve room for a 20-digit count). The CRC32
+    of the data and of every block of :data:`~bbqlib.io.blocks.BLOCK_ROWS` rows are recorded.
+    ``expect_crc``: the CRC32 the copied rows must have (a stored segment copied elsewhere);
+    on a mismatch nothing is written and ``CorruptFileError`` is raised.
+    """
+    directory = Path(directory)
+    name = directory / f"vectors.{secrets.token_hex(8)}.npy"
+    rows = 0
+    crc = 0
+    blocks = BlockCRCWriter(BLOCK_ROWS)
+    with atomic_path(name, lock=False) as tmp, open(tmp, "wb") as f:
+        header = _npy_header(10**19, dim)  # widest count: fixes the header length
+        f.write(header)
+        for block in batches:
+            block = np.ascontiguousarray(block, dtype="<f4")
+            crc = _crc(block, crc)
+            blocks.update(block)
+            f.write(block.tobytes())
+            rows += block.shape[0]
+        if expect_crc is not None and crc != expect_crc:
+            raise CorruptFileError(
+                f"the vector segment being copied into {directory} fails its CRC32: its file "
+                "is corrupted; restore it or rebuild the index"
+            )
+        new_header = _npy_header(rows, dim, pad_to=len(header))
+        f.seek(0)
+        f.write(new_header)
+    checks = BlockChecksums(blocks.finish(), BLOCK_ROWS, name)
+    return Segment(map_segment(name, rows, dim), name, crc, checks)
+
+
+def with_block_checksums(seg: Segment) -> Segment:
+    """``seg`` with block CRC32s (as it is when it has them): reads the stored segment once,
+    checking its whole-file CRC32 on the way, so that damage never gets fresh checksums."""
+    if seg.blocks is not None:
+        return seg
+    crc = 0
+    blocks = BlockCRCWriter(BLOCK_ROWS)
+    for start in range(0, len(seg), 65536):
+        block = np.ascontiguousarray(seg.array[start : start + 65536], dtype="<f4")
+        crc = _crc(block, crc)
+        blocks.update(block)
+    if seg.crc32 is not None and crc != int(seg.crc32):
+        raise CorruptFileError(
+            f"vector file {seg.file} fails its CRC32: the file is corrupted; restore it or "
+            "rebuild the index"
+        )
+    checks = BlockChecksums(blocks.finish(), BLOCK_ROWS, seg.file)
+    return Segment(seg.array, seg.file, crc, checks)
+
+
+def _advise_random(arr) -> None:
+    """Tell the kernel that rerank reads of this map are random (no read-ahead).
+
+    A rerank touches ``k'`` scattered rows per query; with the default read-ahead every
+    page fault pulls in neighbouring pages nobody asked for, which under a memory cap
+    evicts the pages that matter (the posting lists, read sequentially, keep read-ahead).
+    """
+    m = getattr(arr, "_mmap", None)
+    if m is not None and hasattr(m, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+        m.madvise(mmap.MADV_RANDOM)
+
+
+def _npy_header(rows: int, dim: int, pad_to: int | None = None) -> bytes:
+    d = {"descr": "<f4", "fortran_order": False, "shape": (int(rows), int(dim))}
+    text = repr(d)
+    total = pad_to if pad_to is not None else -(-(10 + len(text) + 1 + 32) // 64) * 64
+    body = text + " " * (total - 10 - len(text) - 1) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode("latin1")
+
+
+def map_segment(path: Path, rows: int, dim: int) -> np.ndarray:
+    if not path.exists():
+        raise CorruptFileError(
+            f"the IVF index at {path.parent} is incomplete: vector file {path.name} listed in "
+            "its header is missing; restore the file or rebuild the index"
+        )
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (FileNotFoundError, PermissionError):
+        raise
+    except Exception as err:  # noqa: BLE001 - np.load's errors vary with the damage
+        # np.load names a truncated data part "cannot reshape"/"mmap"; a damaged header fails
+        # in many ways
+        raise CorruptFileError(
+            f"vector file {path} is truncated or corrupted ({err}); restore it or rebuild"
+        ) from None
+    _advise_random(arr)
+    if arr.shape != (rows, dim) or arr.dtype != np.dtype("<f4"):
+        raise CorruptFileError(
+            f"vector file {path} holds {arr.dtype} {arr.shape}, expected float32 "
+            f"({rows}, {dim}); the file does not belong to this index"
+        )
+    return arr.view(np.ndarray)

@@ -1,0 +1,455 @@
+"""Faults, measured (issue 12): mutated files, kill -9 during saves, concurrent threads, and
+what each new check costs.
+
+1. **Mutation fuzzer**: seeded mutations (bit flips, random bytes, zeroed runs, truncation)
+   of flat index files, IVF directories (one file of it each time: MANIFEST, header,
+   postings, vectors), vector files (.npy, .fvecs, .fbin) and ann-benchmarks HDF5 files;
+   each outcome is a clean error (CorruptFileError/ValueError), the same results as the
+   clean file, silently wrong results, a crash (another exception, or the process died) or a
+   hang (no answer within ``--hang-seconds``). Mutations run in worker subprocesses, so a
+   segfault or a hang is counted, not fatal. ``--baseline DIR`` runs the same against
+   another checkout (e.g. main before this work).
+2. **kill -9 during each kind of save** (flat save, vector file write, IVF add, IVF delete,
+   IVF save of a whole generation): a child saves in a loop and is killed at a random moment;
+   the next open must find an intact index and no leftover file.
+3. **Concurrency stress**: one writer and three searching threads for ``--stress-seconds``
+   per index kind (in a subprocess: a crash is counted); exceptions, lost rows, invalid ids,
+   searches per second during writes against the same threads without a writer.
+4. **The cost of each new check** on search, add, save and open speed, as the median ratio
+   of interleaved runs with the check and without it (monkeypatched off), single process.
+
+    python benchmarks/bench_faults.py --baseline /tmp/fx2      # writes results/faults.md
+    python benchmarks/bench_faults.py --only fuzz,kill --mutations 300 --kills 5   # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+OUTCOMES = ("clean", "same", "wrong", "crash", "hang")
+STRESS_KINDS = ("flat", "ivf_ram", "ivf_dir")
+
+
+def _env(tree: Path) -> dict:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(ROOT / "tests")]))
+
+
+def _worker(args: list[str], tree: Path) -> subprocess.Popen:
+    cmd = [sys.executable, str(Path(__file__)), "--worker", *args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env(tree))
+
+
+# --------------------------------------------------------------------------- 1. fuzzer
+
+
+def fuzz_target(target: str, n: int, seed: int, tree: Path, hang_seconds: float) -> dict:
+    """Counts of outcomes (and per mutated file) of ``n`` mutations, workers restarted after
+    a crash or a hang."""
+    counts, by_label = Counter(), {}
+    start = 0
+    while start < n:
+        work = Path(tempfile.mkdtemp(prefix="bbqfuzz"))
+        proc = _worker(["fuzz", target, str(n), str(seed), str(start), str(work)], tree)
+        ready, _, _ = select.select([proc.stdout], [], [], 600)
+        if not ready or proc.stdout.readline().strip() != b"ready":
+            proc.kill()
+            raise RuntimeError(f"the {target} fuzz worker of {tree} did not start")
+        last = start - 1
+        while True:
+            ready, _, _ = select.select([proc.stdout], [], [], hang_seconds)
+            line = proc.stdout.readline() if ready else None
+            if not line:
+                break
+            i, label, outcome = line.decode().split()
+            last = int(i)
+            counts[outcome] += 1
+            by_label.setdefault(label, Counter())[outcome] += 1
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
+        if last + 1 >= n:
+            break
+        counts["hang" if line is None else "crash"] += 1  # mutation last + 1
+        by_label.setdefault("?", Counter())["hang" if line is None else "crash"] += 1
+        start = last + 2
+    return {"counts": counts, "by_label": by_label}
+
+
+def _run_fuzz_worker(target: str, n: int, seed: int, start: int, work: Path) -> None:
+    import fault_harness as H
+
+    t = H.TARGETS[target](work, seed=0)
+    print("ready", flush=True)
+
+    def report(i, label, outcome):
+        print(i, label.replace(" ", "_"), outcome, flush=True)
+
+    H.fuzz(t, n, seed, start=start, report=report)
+
+
+# --------------------------------------------------------------------------- 2. kill -9
+
+
+def kill_runs(kind: str, trials: int, tree: Path, seed: int) -> dict:
+    """``trials`` kills of a child saving ``kind``; counts of corrupt and leaked after the
+    next open, and of trials whose kill left something to clean up. One worker process runs
+    every trial of a kind (a fresh child saver per trial), printing one line per trial."""
+    code = (
+        "import sys, json, pathlib, shutil, tempfile, numpy as np, fault_harness as H\n"
+        "kind, trials, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])\n"
+        "rng = np.random.default_rng(seed)\n"
+        "for _ in range(trials):\n"
+        "    work = pathlib.Path(tempfile.mkdtemp(prefix='bbqkill'))\n"
+        "    try:\n"
+        "        corrupt, leaked = H.kill_trial(kind, H.fresh(work / 't'), rng.uniform(0, 0.5))\n"
+        "        print(json.dumps([corrupt, sorted(leaked), sorted(H.kill_trial.left)]),\n"
+        "              flush=True)\n"
+        "    except Exception as err:\n"
+        "        print(json.dumps({'error': repr(err)}), flush=True)\n"
+        "    finally:\n"
+        "        shutil.rmtree(work, ignore_errors=True)\n"
+    )
+    out = {"trials": 0, "corrupt": 0, "leaked_trials": 0, "leaked_files": 0, "left_trials": 0}
+    cmd = [sys.executable, "-c", code, kind, str(trials), str(seed)]
+    with tempfile.TemporaryDirectory(prefix="bbqkillcwd") as cwd:  # not the repository:
+        # ``python -c`` puts the cwd first on sys.path, which would shadow ``tree``'s bbqlib
+        res = subprocess.run(cmd, capture_output=True, env=_env(tree), cwd=cwd,
+                             timeout=600 + 120 * trials)  # fmt: skip
+    for line in res.stdout.decode().strip().splitlines():
+        row = json.loads(line)
+        if isinstance(row, dict):
+            out.setdefault("errors", []).append(row["error"][-300:])
+            continue
+        corrupt, leaked, left = row
+        out["trials"] += 1
+        out["corrupt"] += bool(corrupt)
+        out["leaked_trials"] += bool(leaked)
+        out["leaked_files"] += len(leaked)
+        out["left_trials"] += bool(left)
+    if res.returncode != 0:
+        out.setdefault("errors", []).append(res.stderr.decode()[-300:])
+    return out
+
+
+# --------------------------------------------------------------------------- 3. stress
+
+
+def _stress(kind: str, seconds: float) -> dict:
+    """One writer + 3 readers for ``seconds``; then the same readers alone as long."""
+    from fault_harness import unit_rows
+
+    import bbqlib
+
+    d = 64
+    pool = unit_rows(40_000, d, 1)
+    work = Path(tempfile.mkdtemp(prefix="bbqstress"))
+    if kind == "flat":
+        index = bbqlib.FlatIndex(bits=4, similarity="cosine")
+    else:
+        path = work / "ivf" if kind == "ivf_dir" else None
+        index = bbqlib.IVFIndex(bits=1, similarity="cosine", cluster_size=128, seed=7, path=path)
+    index.add(pool[:5000])
+    state = {"n": 5000, "deleted": [], "writes": 0}
+    errors, bad = [], Counter()
+    stop = threading.Event()
+    searches = Counter()
+    rng_w = np.random.default_rng(3)
+
+    def writer():
+        try:
+            while not stop.is_set() and state["n"] + 100 <= pool.shape[0]:
+                n = state["n"]
+                if kind != "flat" and rng_w.integers(0, 4) == 0:
+                    live = np.setdiff1d(np.arange(n), state["deleted"])
+                    gone = rng_w.choice(live, 10, replace=False)
+                    index.delete(gone)
+                    state["deleted"].extend(gone.tolist())
+                else:
+                    index.add(pool[n : n + 100])
+                    state["n"] = n + 100
+                state["writes"] += 1
+        except Exception as err:  # noqa: BLE001 - counted
+            errors.append(repr(err))
+
+    def reader(seed, phase):
+        rng = np.random.default_rng(seed)
+        kw = {} if kind == "flat" else {"visit_percentage": 10.0}
+        while not stop.is_set():
+            forbidden = np.array(state["deleted"])
+            try:
+                _, ids = index.search(pool[rng.integers(0, state["n"], 4)], 10, **kw)
+            except Exception as err:  # noqa: BLE001 - counted
+                errors.append(repr(err))
+                continue
+            searches[phase] += 1
+            n_now = index.ntotal
+            for row in ids:
+                v = row[row >= 0]
+                bad["duplicate"] += int(v.size != np.unique(v).size)
+                bad["beyond ntotal"] += int((v >= n_now).any())
+                bad["deleted"] += int(np.isin(v, forbidden).any())
+
+    out = {"kind": kind}
+    for phase, with_writer in (("during writes", True), ("no writer", False)):
+        stop.clear()
+        threads = [threading.Thread(target=reader, args=(s, phase)) for s in range(3)]
+        if with_writer:
+            threads.append(threading.Thread(target=writer))
+        for t in threads:
+            t.start()
+        time.sleep(seconds)
+        stop.set()
+        for t in threads:
+            t.join()
+        out[f"searches/s {phase}"] = searches[phase] / seconds
+    n, gone = state["n"], np.array(state["deleted"], dtype=np.int64)
+    live = np.setdiff1d(np.arange(n), gone)
+    kw = {"oversample": 5.0} if kind == "flat" else {"visit_percentage": 100.0, "oversample": 20}
+    found = np.concatenate([index.search(pool[live[i : i + 2000]], 1, **kw)[1][:, 0]
+                            for i in range(0, live.size, 2000)])  # fmt: skip
+    out.update(writes=state["writes"], rows=n, exceptions=len(errors),
+               first_exception=errors[0] if errors else None,
+               lost_rows=int((found != live).sum()), invalid_ids=sum(bad.values()),
+               ntotal_ok=index.ntotal == n)  # fmt: skip
+    shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def stress_run(kind: str, seconds: float, tree: Path) -> dict:
+    proc = _worker(["stress", kind, str(seconds)], tree)
+    try:
+        stdout, _ = proc.communicate(timeout=20 * seconds + 900)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return {"kind": kind, "crashed": "hung (killed)"}
+    if proc.returncode != 0:
+        return {"kind": kind, "crashed": f"exit {proc.returncode}"}
+    return json.loads(stdout.decode().strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------- 4. costs
+
+
+@contextlib.contextmanager
+def _patched(obj, name, value):
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+def costs(repeats: int) -> list[dict]:
+    """Median ratios (with check / without), interleaved; > 1 means the check costs time."""
+    import _common as C
+    from fault_harness import unit_rows
+
+    import bbqlib
+    from bbqlib.index import _locks
+    from bbqlib.index import flat as FL
+    from bbqlib.index.ivf import files as F
+    from bbqlib.index.ivf import storage as ST
+    from bbqlib.index.ivf.postings import Postings
+    from bbqlib.index.ivf.segments import Segment
+    from bbqlib.io import atomic
+    from bbqlib.io import container as CT
+
+    rows = []
+    work = Path(tempfile.mkdtemp(prefix="bbqcost"))
+    nullctx = contextlib.nullcontext
+
+    def ratio(what, fn, off_patches, note=""):
+        def without():
+            with contextlib.ExitStack() as st:
+                for obj, name, value in off_patches:
+                    st.enter_context(_patched(obj, name, value))
+                fn()
+
+        t = C.interleaved_ratio(fn, without, repeats=repeats, warmup=1)
+        rows.append({"what": what, "ratio": t.ratio, "with": t.median_a * 1e3,
+                     "without": t.median_b * 1e3, "note": note})  # fmt: skip
+
+    d = 128
+    X = unit_rows(100_000, d, 1)
+    Q = unit_rows(1, d, 2)
+    flat = bbqlib.FlatIndex(bits=1, similarity="cosine")
+    flat.add(X)
+    flat.search(Q, 10)
+    no_lock = [(_locks.IndexGuard, "reading", lambda self: nullctx())]
+    ratio("FlatIndex.search, 1 query, 100k x 128 (readers-writer lock)",
+          lambda: [flat.search(Q, 10) for _ in range(20)], no_lock)  # fmt: skip
+    E = unit_rows(20_000, d, 3) * 3
+    ratio("FlatIndex.add, 20k x 128 euclidean (copy of the caller's batch)",
+          lambda: bbqlib.FlatIndex(bits=1, similarity="euclidean").add(E),
+          [(FL, "owned_rows", lambda rows, source: rows)])  # fmt: skip
+    fpath = work / "flat.bbq"
+    flat.save(fpath)
+    unlocked = [(CT, "atomic_path", lambda p, lock=True: atomic.atomic_path(p, lock=False))]
+    ratio("FlatIndex.save, 100k x 128 (path lock, orphan cleanup)", lambda: flat.save(fpath),
+          unlocked)  # fmt: skip
+    ratio("FlatIndex.load (orphan check: one listdir)", lambda: bbqlib.load(fpath),
+          [(FL, "clean_orphans", lambda p: [])])  # fmt: skip
+
+    ivf_dir = work / "ivf"
+    ivf = bbqlib.IVFIndex(bits=1, similarity="cosine", cluster_size=256, seed=7, path=ivf_dir)
+    ivf.add(X)
+    ivf.delete(np.arange(0, 100_000, 50))
+    Qs = unit_rows(16, d, 4)
+    opened = bbqlib.IVFIndex.open(ivf_dir)
+    opened.search(Qs, 10)
+    ratio("IVFIndex.search, 16 queries, warm (readers-writer lock)",
+          lambda: [opened.search(Qs, 10) for _ in range(10)], no_lock)  # fmt: skip
+
+    def first_search():
+        bbqlib.IVFIndex.open(ivf_dir).search(Qs, 10, visit_percentage=5.0)
+
+    ratio("IVFIndex.open + first search (block CRCs of the rows reranked, ids section)",
+          first_search, [(Segment, "check_rows", lambda self, r: None),
+                         (Postings, "check_section", lambda self, n, a=None: None)],
+          "the page cache is warm: on a cold disk the blocks' reads dominate")  # fmt: skip
+    ratio("IVFIndex.open (generation check, litter check)",
+          lambda: bbqlib.IVFIndex.open(ivf_dir), [(ST, "_litter", lambda d, n: False)])  # fmt: skip
+    more = unit_rows(1000, d, 5)
+
+    def add_after_open():
+        ix = bbqlib.IVFIndex.open(ivf_dir)
+        ix.path = None  # measure the add, not the save
+        ix.add(more)
+
+    ratio("IVFIndex.add of 1k rows after open (CRC of every list + assignments first)",
+          add_after_open, [(F, "check_before_rewrite", lambda ix: None)])  # fmt: skip
+
+    victims = iter(range(1, 100_000, 50))
+
+    def delete_save():
+        bbqlib.IVFIndex.open(ivf_dir).delete([next(victims)])
+
+    ratio("IVFIndex.delete with a path (directory lock, stale check, temp cleanup)",
+          delete_save, [(ST, "directory_lock", lambda p, blocking=True: nullctx(True)),
+                        (ST, "remove_temp_files_of", lambda d: [])])  # fmt: skip
+    shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _fuzz_rows(name: str, res: dict, tree_name: str) -> list[dict]:
+    out = []
+    labels = [(f"{name}: all", res["counts"])]
+    labels += [(f"{name}: {k}", v) for k, v in sorted(res["by_label"].items()) if k != "?"]
+    for label, c in labels:
+        out.append({"tree": tree_name, "format": label, "tried": sum(c.values()),
+                    **{k: c.get(k, 0) for k in OUTCOMES}})  # fmt: skip
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--mutations", type=int, default=2000, help="per target")
+    p.add_argument("--kills", type=int, default=100, help="per save kind")
+    p.add_argument("--baseline-kills", type=int, default=20)
+    p.add_argument("--stress-seconds", type=float, default=20.0)
+    p.add_argument("--repeats", type=int, default=9)
+    p.add_argument("--hang-seconds", type=float, default=60.0)
+    p.add_argument("--baseline", type=Path, help="another checkout to compare (e.g. main)")
+    p.add_argument("--only", default="fuzz,kill,stress,cost")
+    p.add_argument("--seed", type=int, default=2024)
+    p.add_argument("--out", type=Path, default=HERE / "results" / "faults.md")
+    p.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        kind, *rest = args.worker
+        sys.path.insert(0, str(ROOT / "tests"))
+        if kind == "fuzz":
+            target, n, seed, start, work = rest
+            _run_fuzz_worker(target, int(n), int(seed), int(start), Path(work))
+        else:
+            print(json.dumps(_stress(rest[0], float(rest[1]))), flush=True)
+        return
+
+    sys.path[:0] = [str(ROOT), str(HERE), str(ROOT / "tests")]  # this checkout's bbqlib
+    import _common as C
+    from fault_harness import SAVE_KINDS
+
+    only = set(args.only.split(","))
+    trees = [("this branch", ROOT)] + ([("baseline", args.baseline)] if args.baseline else [])
+    tables, notes = [], [f"uptime at start: {C._loadavg()} (1/5/15 min load on 2 cores)"]
+    if "fuzz" in only:
+        rows = []
+        for tree_name, tree in trees:
+            for target in ("flat", "ivf", "vectors", "hdf5"):
+                t0 = time.time()
+                res = fuzz_target(target, args.mutations, args.seed, tree, args.hang_seconds)
+                rows += _fuzz_rows(target, res, tree_name)
+                print(tree_name, target, dict(res["counts"]), f"{time.time() - t0:.0f}s")
+        cols = [("tree", "code"), ("format", "format (mutated file)"), ("tried", "tried"),
+                ("clean", "clean errors"), ("same", "unchanged results"),
+                ("wrong", "silent wrong"), ("crash", "crashes"), ("hang", "hangs")]  # fmt: skip
+        tables.append("### Mutation fuzzer\n\n" + C.markdown_table(rows, cols))
+    if "kill" in only:
+        rows = []
+        for tree_name, tree in trees:
+            n = args.kills if tree_name == "this branch" else args.baseline_kills
+            for kind in SAVE_KINDS:
+                res = kill_runs(kind, n, tree, args.seed)
+                rows.append({"tree": tree_name, "kind": kind, **res})
+                print(tree_name, kind, res)
+        cols = [("tree", "code"), ("kind", "save kind"), ("trials", "kills"),
+                ("left_trials", "kills that left files"), ("corrupt", "corrupt after"),
+                ("leaked_trials", "kills leaking files after the next open"),
+                ("leaked_files", "leaked files")]  # fmt: skip
+        tables.append("### kill -9 during saves\n\n" + C.markdown_table(rows, cols))
+    if "stress" in only:
+        rows = []
+        for tree_name, tree in trees:
+            for kind in STRESS_KINDS:
+                res = stress_run(kind, args.stress_seconds, tree)
+                rows.append({"tree": tree_name, **res})
+                print(tree_name, res)
+        cols = [("tree", "code"), ("kind", "index"), ("crashed", "process crashed"),
+                ("exceptions", "exceptions"), ("lost_rows", "lost rows"),
+                ("invalid_ids", "invalid results"), ("writes", "writes"),
+                ("searches/s during writes", "searches/s during writes", ".1f"),
+                ("searches/s no writer", "searches/s, no writer", ".1f")]  # fmt: skip
+        title = f"### Concurrency stress (1 writer, 3 searching threads, {args.stress_seconds:g} s)"
+        tables.append(title + "\n\n" + C.markdown_table(rows, cols))
+        notes.append("first exceptions: " + ("; ".join(
+            f"{r['tree']} {r['kind']}: {r['first_exception']}" for r in rows
+            if r.get("first_exception")) or "none"))  # fmt: skip
+    if "cost" in only:
+        rows = costs(args.repeats)
+        for r in rows:
+            print(r)
+        cols = [("what", "operation (check)"), ("ratio", "with / without", ".3f"),
+                ("with", "ms with", ".2f"), ("without", "ms without", ".2f"),
+                ("note", "")]  # fmt: skip
+        tables.append("### Cost of the checks (median of interleaved pairs)\n\n"
+                      + C.markdown_table(rows, cols))  # fmt: skip
+    notes.append(f"uptime at end: {C._loadavg()}")
+    command = "python benchmarks/bench_faults.py " + " ".join(sys.argv[1:])
+    C.write_result(args.out, "Faults: mutated files, kill -9, threads, and what checks cost",
+                   command.strip(), tables, notes)  # fmt: skip
+    print("wrote", args.out)
+
+
+if __name__ == "__main__":
+    main()

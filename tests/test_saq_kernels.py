@@ -1,0 +1,252 @@
+"""SAQ kernels against the NumPy reference (tests/reference/saq.py): CAQ codes and factors,
+packing, lookup tables, estimates, scans and the 4-bit lookup-table scan, on random and
+adversarial inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from reference import saq as ref
+
+from bbqlib._kernels import saq as K
+from bbqlib._kernels.lut import avx2_available
+from bbqlib.quantizers.saq_plan import SAQPlan, Segment
+
+needs_avx2 = pytest.mark.skipif(not avx2_available(), reason="the 4-bit scan needs AVX2")
+
+
+def _plan(dims, bits, dim=None):
+    segs, pos = [], 0
+    for d, b in zip(dims, bits, strict=True):
+        segs.append(Segment(pos, d, b))
+        pos += d
+    total = dim or -(-pos // 64) * 64
+    return SAQPlan(tuple(segs), total, total, 16, 10**9)
+
+
+def _encode(Y, plan, rounds=6):
+    a = plan.arrays()
+    n = len(Y)
+    codes = np.zeros((n, plan.code_bytes), dtype=np.uint8)
+    fac = np.zeros((n, 1 + 2 * len(plan.segments)), dtype=np.float32)
+    K.caq_encode_rows(
+        np.ascontiguousarray(Y, np.float32),
+        a["start"],
+        a["dims"],
+        a["bits"],
+        a["msb_off"],
+        a["low_off"],
+        rounds,
+        codes,
+        fac,
+    )
+    return codes, fac
+
+
+def _adversarial(d, rng):
+    """Rows that stress CAQ: zeros, constants, one-hots, ties at grid points, huge and tiny
+    magnitudes, alternating signs."""
+    rows = [
+        np.zeros(d),
+        np.ones(d),
+        -np.ones(d),
+        np.eye(d)[0] * 5.0,
+        np.linspace(-1, 1, d),
+        np.round(rng.uniform(-1, 1, d) * 4) / 4,
+        rng.standard_normal(d) * 1e30,
+        rng.standard_normal(d) * 1e-30,
+        np.where(np.arange(d) % 2 == 0, 1.0, -1.0) * 3.0,
+        np.r_[np.full(d - 1, 1e-6), 1.0],
+    ]
+    return np.array(rows, dtype=np.float32)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 3, 4, 6, 8, 12])
+@pytest.mark.parametrize("d", [8, 16, 32, 64, 96])
+def test_caq_encode_matches_reference(bits, d):
+    rng = np.random.default_rng(bits * 100 + d)
+    Y = np.vstack([rng.standard_normal((6, d)).astype(np.float32), _adversarial(d, rng)])
+    plan = _plan([d], [bits])
+    codes, fac = _encode(Y, plan)
+    ref_codes, scale, norm = ref.encode_rows(Y, [d], [bits])
+    np.testing.assert_array_equal(codes, ref_codes)
+    np.testing.assert_allclose(fac[:, 1], scale.ravel(), rtol=2e-6)
+    np.testing.assert_allclose(fac[:, 2], norm.ravel(), rtol=2e-6)
+
+
+@pytest.mark.parametrize("rounds", [0, 1, 6])
+def test_caq_multi_segment_rows_and_rounds(rounds):
+    rng = np.random.default_rng(rounds)
+    dims, bits = [32, 64, 16], [5, 2, 1]
+    Y = rng.standard_normal((20, sum(dims))).astype(np.float32) * np.repeat([3.0, 1.0, 0.2], dims)
+    codes, fac = _encode(Y, _plan(dims, bits), rounds)
+    ref_codes, scale, norm = ref.encode_rows(Y, dims, bits, rounds)
+    np.testing.assert_array_equal(codes, ref_codes)
+    np.testing.assert_allclose(fac[:, 1:4], scale, rtol=2e-6)
+    np.testing.assert_allclose(fac[:, 4:7], norm, rtol=2e-6)
+
+
+def test_pack_layout_puts_top_planes_first():
+    """Row prefix = every segment's top plane; unpacking returns the levels."""
+    rng = np.random.default_rng(5)
+    dims, bits = [16, 32], [3, 2]
+    levels = [rng.integers(0, 2**b, d) for d, b in zip(dims, bits, strict=True)]
+    row = ref.pack_row(levels, bits)
+    assert len(row) == (16 * 3 + 32 * 2) // 8
+    top = np.unpackbits(row[: (16 + 32) // 8])
+    np.testing.assert_array_equal(top[:16], levels[0] >> 2)
+    np.testing.assert_array_equal(top[16:], levels[1] >> 1)
+    for got, want in zip(ref.unpack_row(row, dims, bits), levels, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_tables_match_definition():
+    rng = np.random.default_rng(1)
+    Q = rng.standard_normal((3, 24)).astype(np.float32)
+    T = np.empty((3, 3, 256), dtype=np.float32)
+    K.build_tables(Q, T)
+    bits = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1)  # [256, 8] MSB first
+    for q in range(3):
+        for p in range(3):
+            want = bits.astype(np.float64) @ Q[q, 8 * p : 8 * p + 8]
+            np.testing.assert_allclose(T[q, p], want, atol=2e-6)
+
+
+def _estimate_case(rng, is_l2, dims=(32, 48, 16), bits=(4, 2, 1), n=40, nq=5, scale=1.0):
+    dims, bits = list(dims), list(bits)
+    plan = _plan(dims, bits)
+    Y = (rng.standard_normal((n, sum(dims))) * scale).astype(np.float32)
+    Qc = (rng.standard_normal((nq, sum(dims))) * scale).astype(np.float32)
+    codes, fac = _encode(Y, plan)
+    fac[:, 0] = rng.standard_normal(n)
+    q_add = rng.standard_normal(nq)
+    T = np.empty((nq, sum(dims) // 8, 256), dtype=np.float32)
+    K.build_tables(Qc, T)
+    S = len(dims)
+    qconst = np.stack(
+        [
+            (2**b - 1) / 2 * Qc[:, p : p + d].sum(1, dtype=np.float64)
+            for p, d, b in zip(np.cumsum([0, *dims[:-1]]), dims, bits, strict=True)
+        ],
+        1,
+    )
+    want = ref.estimate(
+        Qc,
+        codes,
+        fac[:, 1 : 1 + S].astype(np.float64),
+        fac[:, 0].astype(np.float64),
+        q_add,
+        dims,
+        bits,
+        is_l2,
+    )
+    return plan, codes, fac, T, qconst, q_add, want
+
+
+@pytest.mark.parametrize("is_l2", [True, False])
+@pytest.mark.parametrize("scale", [1.0, 1e-3, 1e3])
+def test_estimate_and_scan_match_reference(is_l2, scale):
+    rng = np.random.default_rng(int(is_l2) + 7)
+    plan, codes, fac, T, qconst, q_add, want = _estimate_case(rng, is_l2, scale=scale)
+    a = plan.arrays()
+    seg = (a["start"], a["dims"], a["bits"], a["msb_off"], a["low_off"])
+    out = np.empty(want.shape)
+    K.estimate_rows(T, qconst, q_add, codes, fac, *seg, is_l2, out)
+    # float32 tables: error about 1e-7 of the summed magnitudes
+    tol = 1e-5 * (np.abs(want).max() + scale * scale * 100)
+    np.testing.assert_allclose(out, want, atol=tol)
+    k = 7
+    for chunks in (1, 3):
+        keys = np.full((chunks, len(T), k), -np.inf)
+        ids = np.full((chunks, len(T), k), np.iinfo(np.int64).max, dtype=np.int64)
+        K.scan_rows(T, qconst, q_add, codes, fac, *seg, is_l2, np.empty(0, np.uint8), 0, keys, ids)
+        got = np.sort(ids.transpose(1, 0, 2).reshape(len(T), -1), axis=1)
+        key = -out if is_l2 else out
+        best = np.sort(np.argsort(-key, axis=1, kind="stable")[:, :k], axis=1)
+        got = np.array(
+            [np.sort(r[np.argsort(-key[i, r], kind="stable")][:k]) for i, r in enumerate(got)]
+        )
+        np.testing.assert_array_equal(got, best)
+
+
+def test_scan_mask_and_id_base():
+    rng = np.random.default_rng(3)
+    plan, codes, fac, T, qconst, q_add, want = _estimate_case(rng, False)
+    a = plan.arrays()
+    seg = (a["start"], a["dims"], a["bits"], a["msb_off"], a["low_off"])
+    mask = (np.arange(len(codes)) % 3 == 0).astype(np.uint8)
+    keys = np.full((1, len(T), 5), -np.inf)
+    ids = np.full((1, len(T), 5), np.iinfo(np.int64).max, dtype=np.int64)
+    K.scan_rows(T, qconst, q_add, codes, fac, *seg, False, mask, 1000, keys, ids)
+    assert np.all((ids - 1000) % 3 == 0)
+
+
+@needs_avx2
+@pytest.mark.parametrize("is_l2", [True, False])
+@pytest.mark.parametrize("planes", [None, 2, 1])
+def test_fastscan_estimate_matches_dequantized_query(is_l2, planes):
+    """The 4-bit lookup-table scan computes the estimate of the dequantized 4-bit query; with
+    ``keep`` < bits, that of the levels cut to their top bits plus the dropped bits' midpoint."""
+    from bbqlib._kernels.lut import build_tables as nibble_tables
+    from bbqlib._kernels.saq_fastscan import fastscan_estimate
+    from bbqlib.packing import lut_blocks
+
+    rng = np.random.default_rng(11)
+    dims, bits = [32, 48, 16], [4, 2, 1]
+    keep = np.array(bits if planes is None else [min(b, planes) for b in bits])
+    plan = _plan(dims, bits)
+    n, nq = 70, 4  # 70: a partial last block
+    codes, fac = _encode(rng.standard_normal((n, 96)).astype(np.float32), plan)
+    fac[:, 0] = rng.standard_normal(n)
+    y = rng.integers(0, 16, (nq, 96)).astype(np.uint8)
+    lo = rng.standard_normal((nq, 3))
+    step = rng.uniform(0.01, 0.2, (nq, 3))
+    starts = np.cumsum([0, *dims[:-1]])
+    segs = list(zip(starts, dims, bits, keep, strict=True))
+    Qq = np.concatenate(
+        [lo[:, [s]] + step[:, [s]] * y[:, p : p + d] for s, (p, d, _, _) in enumerate(segs)], 1
+    )
+    q_add = rng.standard_normal(nq)
+    want = np.zeros((nq, n))
+    levels = [ref.unpack_row(r, dims, bits) for r in codes]
+    for s, (p, d, b, kp) in enumerate(segs):
+        r = b - kp
+        cut = np.array([((lv[s] >> r) << r) + (2**r - 1) / 2 for lv in levels])  # [n, d]
+        qs = Qq[:, p : p + d]
+        want += fac[:, 1 + s][None, :] * (qs @ cut.T - (2**b - 1) / 2 * qs.sum(1)[:, None])
+    want = (q_add[:, None] + fac[:, 0] - 2 * want) if is_l2 else (want + fac[:, 0] + q_add[:, None])
+    w = np.array([[2.0 ** (b - kp) for _, _, b, kp in segs]] * nq)
+    const = np.stack(
+        [
+            ((2 ** (b - kp) - 1) / 2 - (2**b - 1) / 2) * Qq[:, p : p + d].sum(1)
+            for p, d, b, kp in segs
+        ],
+        1,
+    )
+    tables = np.empty((nq, 2 * 12 * 32), dtype=np.uint8)
+    nibble_tables(y, 12, tables)
+    ksum = np.array(
+        [[(lv[s] >> (b - kp)).sum() for s, (_, _, b, kp) in enumerate(segs)] for lv in levels]
+    )
+    a = plan.arrays()
+    out = np.empty((nq, n))
+    fastscan_estimate(
+        tables,
+        lo,
+        step,
+        w,
+        const,
+        q_add,
+        lut_blocks(codes),
+        n,
+        np.ascontiguousarray(fac.T),
+        np.ascontiguousarray(ksum.T.astype(np.float32)),
+        a["start"],
+        a["dims"],
+        keep,
+        a["msb_off"],
+        a["low_off"],
+        is_l2,
+        out,
+    )
+    np.testing.assert_allclose(out, want, atol=1e-6 * np.abs(want).max())
