@@ -50,19 +50,6 @@ AUTO_PROGRESS_ROWS = 1_000_000
 _UNSET = object()
 
 
-def _check_visit_percentage(value) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-        raise TypeError(f"visit_percentage must be a number in (0, 100] or None, got {value!r}")
-    value = float(value)
-    if not (0.0 < value <= 100.0):
-        raise ValueError(
-            f"visit_percentage must be in (0, 100], got {value}; None picks the dynamic default"
-        )
-    return value
-
-
 class IVFIndex(GuardedWrites):
     """Inverted-file index over quantized codes with SOAR spilling (DiskBBQ style).
 
@@ -400,7 +387,7 @@ class IVFIndex(GuardedWrites):
             return one
         k = cap_k(k, self._ntotal)
         check_scores(scores)
-        vp = _check_visit_percentage(visit_percentage)
+        vp = P.check_visit_percentage(visit_percentage)
         if rerank not in (True, False):
             raise ValueError(f"rerank must be True or False, got {rerank!r}")
         if rerank and not self.store_vectors:

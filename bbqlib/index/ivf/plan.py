@@ -30,6 +30,7 @@ __all__ = [
     "rank_lists",
     "plan_visits",
     "dynamic_visit_ratio",
+    "check_visit_percentage",
 ]
 
 #: Bits of the centroid codes and of the query that scores them (ES PR #132261).
@@ -198,6 +199,20 @@ def _best_first(keys: np.ndarray, want: int) -> np.ndarray:
     out = np.empty((keys.shape[0], want), dtype=np.int64)
     KI.topk_columns(np.ascontiguousarray(keys), out)
     return out.astype(np.int32)
+
+
+def check_visit_percentage(value) -> float | None:
+    """``visit_percentage`` of a search: None, or a number in (0, 100]."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+        raise TypeError(f"visit_percentage must be a number in (0, 100] or None, got {value!r}")
+    value = float(value)
+    if not (0.0 < value <= 100.0):
+        raise ValueError(
+            f"visit_percentage must be in (0, 100], got {value}; None picks the dynamic default"
+        )
+    return value
 
 
 def dynamic_visit_ratio(n: int, depth: int) -> float:
