@@ -2,7 +2,8 @@
 
 Quantizers (``fit`` / ``encode`` / ``estimate`` / ``similarity_scores``) produce
 :class:`EncodedVectors`; indexes (:class:`FlatIndex`) scan them with numba kernels and rerank
-on float vectors. See the README for a tour.
+on float vectors. See the README for a tour. :func:`calibrate` finds the cheapest configuration
+that meets a recall target on your vectors (imported on first use, like :func:`sizing`).
 """
 
 from ._load import load
@@ -40,13 +41,28 @@ __all__ = [
     "ScalarQuantizer",
     "Similarity",
     "UnsupportedFormatError",
+    "calibrate",
     "encoding_from_wire",
     "get_encoding",
     "get_num_threads",
     "load",
     "repair",
     "set_num_threads",
+    "sizing",
     "thread_limit",
     "warmup",
     "__version__",
 ]
+
+#: Public names whose modules load on first use (they are not needed to serve an index).
+_LAZY = {"calibrate": "calibration", "sizing": "calibration"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,8 @@
-"""Command line: ``python -m bbqlib demo``, ``eval`` and ``ann-benchmarks-plugin``.
+"""Command line: ``python -m bbqlib demo``, ``eval``, ``calibrate`` and ``ann-benchmarks-plugin``.
 
 ``demo`` runs on the sample bundled in the package (4,000 Debian package descriptions embedded
 with all-MiniLM-L6-v2, 200 held-out queries); ``eval`` runs the same table on your vectors;
+``calibrate`` finds the cheapest configuration that meets a recall target on your vectors;
 ``ann-benchmarks-plugin HARNESS_DIR`` installs bbqlib into an ann-benchmarks checkout.
 """
 
@@ -256,6 +257,20 @@ def _eval(args) -> int:
     return 0
 
 
+def _calibrate(args) -> int:
+    from .calibration import calibrate
+
+    base = read_vectors(args.data, mmap=True)
+    queries = None if args.queries is None else read_vectors(args.queries)
+    report = calibrate(
+        base, queries, similarity=args.similarity, k=args.k, target_recall=args.target_recall,
+        index=args.index, max_bytes_per_vector=args.max_bytes_per_vector,
+        max_latency_ms=args.max_latency_ms, n=args.n, seed=args.seed, progress=not args.quiet,
+    )  # fmt: skip
+    print(report)
+    return 0 if report.chosen is not None else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="bbqlib",
@@ -300,12 +315,37 @@ def main(argv=None) -> int:
     ev.add_argument(
         "--repeats", type=_positive_int, default=DEFAULT_REPEATS, help="timed runs (median)"
     )
+    cal = sub.add_parser(
+        "calibrate",
+        help="the cheapest configuration meeting a recall target",
+        description="Measure candidate configurations on your vectors and print the cheapest "
+        "(bytes per vector, then latency) whose recall@k lower bound meets the target, as code.",
+    )
+    cal.add_argument("--data", required=True, type=_existing_file, help="base vectors")
+    cal.add_argument(
+        "--queries", type=_existing_file, help="held-out queries (default: 200 sampled from --data)"
+    )
+    cal.add_argument(
+        "--similarity",
+        default="cosine",
+        type=_similarity_arg,
+        help="cosine, dot_product, euclidean or max_inner_product (aliases: ip, l2, mip)",
+    )
+    cal.add_argument("--target-recall", type=float, default=0.95, help="recall@k target")
+    cal.add_argument("--k", type=_positive_int, default=10, help="neighbours per query")
+    cal.add_argument("--index", default="flat", choices=("flat", "ivf", "auto"))
+    cal.add_argument("--max-bytes-per-vector", type=float, help="bytes each vector may add")
+    cal.add_argument("--max-latency-ms", type=float, help="single-thread ms per query")
+    cal.add_argument("--n", type=_positive_int, help="size RAM and disk for this many vectors")
+    cal.add_argument("--seed", type=_int_at_least(0), default=0)
+    cal.add_argument("--quiet", action="store_true", help="no progress lines")
     ann_benchmarks_plugin.add_subcommand(sub)
     args = parser.parse_args(argv)
+    commands = {"demo": _demo, "eval": _eval, "calibrate": _calibrate}
     try:
         if hasattr(args, "func"):
             return args.func(args)
-        return _demo(args) if args.command == "demo" else _eval(args)
+        return commands[args.command](args)
     except (ValueError, TypeError, FileNotFoundError) as err:
         print(f"bbqlib: error: {err}", file=sys.stderr)
         return 2

@@ -31,9 +31,8 @@ def _runtime() -> None:
 def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
     """Compile or load every kernel ``index.search`` uses, before the first query.
 
-    Runs a search of one probe query (the single-query path) and of a batch of two (which
-    compile, or load from bbqlib's kernel cache, the single-threaded kernels of the index's
-    encoding, similarity and rerank), then, with
+    Runs one search of a probe query (which compiles, or loads from bbqlib's kernel cache,
+    the single-threaded kernels of the index's encoding, similarity and rerank), then, with
     ``batch=True``, prepares the multi-threaded variants that large batches use, for the same
     argument types. Results and index are not changed.
 
@@ -74,7 +73,7 @@ def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
         raise TypeError(f"index must be a bbqlib index, got {type(index).__name__}")
     if len(index) == 0:
         raise ValueError("index is empty: add vectors before warmup (kernels depend on them)")
-    rerank = getattr(index, "store_vectors", True)  # indexes without vectors search raw
+    rerank = bool(getattr(index, "store_vectors", True))  # indexes without vectors search raw
     probe = _probe_query(index)
     with policy.recording() as kernels:
         index.search(probe, k=k, rerank=rerank)  # one query: the single-query kernels

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["make_clustered"]
+__all__ = ["make_clustered", "clustered_blocks"]
 
 _CHUNK = 65_536  # rows drawn per step; fixed so the stream (and the data) never depends on n
 
@@ -64,6 +64,20 @@ def make_clustered(
     median cosine of a vector to its nearest other vector 0.87 (debian-minilm-384: 0.41 and
     0.81, measured the same way on the first 500 rows).
     """
+    X = np.empty((n, d), dtype=np.float32)
+    labels = np.empty(n, dtype=np.int32)
+    for start, block, topic in clustered_blocks(n, d, n_clusters, seed, sub_clusters=sub_clusters):
+        X[start : start + block.shape[0]] = block
+        labels[start : start + block.shape[0]] = topic
+    return (X, labels) if return_labels else X
+
+
+def clustered_blocks(n: int, d: int, n_clusters: int, seed: int, *, sub_clusters: int = 8):
+    """The rows of :func:`make_clustered` as ``(start, block, topics)``, 65,536 rows at a time.
+
+    Same arguments, same bytes as :func:`make_clustered`, in bounded memory (for data sets
+    written to disk in shards).
+    """
     if n < 1 or d < 1 or n_clusters < 1 or sub_clusters < 1:
         raise ValueError(
             f"n, d, n_clusters and sub_clusters must be >= 1, got {n}, {d}, {n_clusters}, "
@@ -81,8 +95,6 @@ def make_clustered(
     topic_w = g.dirichlet(np.ones(n_clusters))
     family_cdf = np.cumsum(g.dirichlet(np.ones(sub_clusters), size=n_clusters), axis=1)
     noise_scale = g.uniform(0.3, 0.6, n_clusters).astype(np.float32)
-    X = np.empty((n, d), dtype=np.float32)
-    labels = np.empty(n, dtype=np.int32)
     for start in range(0, n, _CHUNK):
         stop = min(n, start + _CHUNK)
         size = stop - start
@@ -92,6 +104,4 @@ def make_clustered(
         noise = g.standard_normal((size, d), dtype=np.float32)
         block = families[topic, family] + noise_scale[topic, None] * noise / np.float32(root)
         block /= np.linalg.norm(block, axis=1, keepdims=True)
-        X[start:stop] = block
-        labels[start:stop] = topic
-    return (X, labels) if return_labels else X
+        yield start, block, topic.astype(np.int32)

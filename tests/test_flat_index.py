@@ -305,8 +305,9 @@ def test_store_vectors_false(make_vectors, tmp_path):
     index = FlatIndex(bits=1, store_vectors=False)
     index.add(X)
     with pytest.raises(ValueError, match="store_vectors=False"):
-        index.search(Q, 5)
+        index.search(Q, 5, rerank=True)
     scores, ids = index.search(Q, 5, rerank=False)
+    np.testing.assert_array_equal(index.search(Q, 5)[1], ids)  # default: no rerank here
     path = index.save(tmp_path / "codes_only.bbq")
     loaded = bbqlib.load(path)
     assert not loaded.store_vectors

@@ -235,7 +235,7 @@ def test_flat_ids_and_tombstones_round_trip_through_files(make, tmp_path):
     index.add(X[:200], ids=ids[:200])
     index.add(X[200:])  # defaults continue after the largest custom id
     index.delete(ids[[1, 2, 50]])
-    rerank = index.store_vectors
+    rerank = bool(index.store_vectors)
     expected = index.search(Q, 6, rerank=rerank)
     index.save(tmp_path / "f.bbq")
     for mmap in (True, False):
@@ -259,7 +259,7 @@ def test_flat_default_ids_write_no_id_section(tmp_path):
     index.save(tmp_path / "f.bbq")
     _, meta, arrays = read_container(tmp_path / "f.bbq")
     assert "ids" not in arrays and "deleted" not in arrays
-    assert meta["format_version"] == 3 and meta["next_id"] == N
+    assert meta["format_version"] == bbqlib.index.flat.FORMAT_VERSION and meta["next_id"] == N
 
 
 def test_empty_flat_index_says_it_is_empty():

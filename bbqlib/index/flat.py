@@ -27,10 +27,10 @@ from ..scoring import (
     check_oversample,
     check_scores,
     exact_mode,
-    exact_values,
     finish,
     rerank_keys,
 )
+from ..scoring.stored import check_store_vectors, stored_exact_values, stored_rows, to_stored
 from ._locks import IndexGuard
 from .ids import RowIds, filter_rows
 from .single import flat_search_one
@@ -41,8 +41,10 @@ _KIND = "flat_index"
 #: Version of what a flat index file holds (docs/formats.md). 2: ``format_version`` in the
 #: meta; int8 ``per_dim`` / ``global`` codes carry their own registry wire numbers; OSQ at
 #: every width 1-8. 3: custom ids (``ids`` section, ``next_id``) and tombstones (``deleted``
-#: bitmap, ``n_deleted``). Versions 1 and 2 (ids = rows, nothing deleted) still open.
-FORMAT_VERSION = 3
+#: bitmap, ``n_deleted``). 4: ``store_vectors`` names the kind of the ``vectors`` section
+#: (``"float32"``, ``"float16"``, ``"int8"`` records, or false; ``true`` in older files is
+#: float32) and ``oversample`` the index's default rerank depth. Versions 1-3 still open.
+FORMAT_VERSION = 4
 
 
 class FlatIndex:
@@ -56,8 +58,12 @@ class FlatIndex:
         unfitted quantizer is fitted on the first :meth:`add` (its centroid stays fixed).
     bits, query_bits, similarity, precondition, seed
         Passed to :class:`~bbqlib.BBQQuantizer` when ``quantizer`` is None.
-    store_vectors : bool
-        Keep the float vectors for exact reranking (default True).
+    store_vectors : {"float32", "float16", "int8"} or bool, default "float32"
+        Keep the vectors for the exact rerank, as float32 (``True``), float16 or int8 with a
+        per-vector scale (:mod:`bbqlib.scoring.stored`), or not at all (``False``: searches
+        return quantized scores).
+    oversample : float >= 1, optional
+        Default rerank depth of :meth:`search` (``None``: the encoding's default).
 
     Notes
     -----
@@ -99,7 +105,8 @@ class FlatIndex:
         similarity: str = "cosine",
         precondition=None,
         seed: int | None = None,
-        store_vectors: bool = True,
+        store_vectors="float32",
+        oversample: float | None = None,
     ):
         if quantizer is None:
             quantizer = BBQQuantizer(
@@ -112,7 +119,8 @@ class FlatIndex:
         elif not isinstance(quantizer, Quantizer):
             raise TypeError(f"quantizer must be a bbqlib Quantizer, got {type(quantizer).__name__}")
         self.quantizer = quantizer
-        self.store_vectors = bool(store_vectors)
+        self.store_vectors = check_store_vectors(store_vectors)
+        self.oversample = None if oversample is None else check_oversample(oversample, 1.0)
         self._codes: list[EncodedVectors] = []
         self._vectors: list[np.ndarray] = []
         self._joined: tuple | None = None
@@ -157,7 +165,8 @@ class FlatIndex:
             enc = q.encode(rows)  # validates the similarity's rules before anything is stored
             vectors = None
             if self.store_vectors:
-                vectors = owned_rows(prepare_for_similarity(rows, q.similarity_, "X"), X)
+                prepared = owned_rows(prepare_for_similarity(rows, q.similarity_, "X"), X)
+                vectors = to_stored(prepared, self.store_vectors)
             n_new = rows.shape[0]
             row_ids = self._ids.appended(new, n_new)
             deleted = self._deleted
@@ -249,7 +258,7 @@ class FlatIndex:
         k: int = 10,
         *,
         oversample=None,
-        rerank=True,
+        rerank=None,
         filter=None,
         scores: str = "raw",
     ):
@@ -261,9 +270,12 @@ class FlatIndex:
         k : number of results
         oversample : float >= 1, optional
             The quantized scan keeps ``min(ceil(k · oversample), 10,000, n)`` candidates for the
-            exact rerank. ``None`` takes the encoding's default (3.0 at 1 bit, 1.5 at 2, 1.0 above).
-        rerank : bool or "bound"
-            True: rescore candidates on the float vectors (scores are exact). False: quantized
+            exact rerank. ``None`` takes the index's ``oversample``, else the encoding's
+            default (3.0 at 1 bit, 1.5 at 2, 1.0 above).
+        rerank : bool, "bound" or None
+            None (default): rerank when the index keeps vectors.
+            True: rescore candidates on the stored vectors (scores are exact; with int8
+            vectors, exact on the dequantized rows). False: quantized
             top ``k`` with estimated scores. ``"bound"`` (quantizers with error bounds): rescore
             exactly the candidates whose lower bound beats the current k-th exact score.
         filter : array of ids, or boolean mask [ntotal], optional
@@ -300,6 +312,8 @@ class FlatIndex:
         k = cap_k(k, n)
         allowed = self._allowed(filter)
         sim = q.similarity_
+        if rerank is None:
+            rerank = bool(self.store_vectors)
         if rerank == "bound":
             keys, rows = self._search_bound(Q, k, codes, vectors, allowed)
             return self._finish(keys, rows, k, scores)
@@ -310,13 +324,15 @@ class FlatIndex:
             raise ValueError(
                 "this index keeps no float vectors (store_vectors=False); search with rerank=False"
             )
+        if oversample is None:
+            oversample = self.oversample
         oversample = check_oversample(oversample, q.encoding_.default_oversample)
         if n == 0:
             return self._finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), k, scores)
         depth = candidate_count(k, oversample, n) if rerank else min(k, n)
         keys, rows = q.topk_keys(Q, codes, depth, allowed=allowed)
         if rerank:
-            raw = exact_values(Q, vectors, rows, exact_mode(sim))
+            raw = stored_exact_values(Q, vectors, rows, exact_mode(sim))
             keys, rows = rerank_keys(raw, rows, k, sim)
         return self._finish(keys, rows, k, scores)
 
@@ -333,6 +349,8 @@ class FlatIndex:
             )
         if vectors is None:
             raise ValueError("rerank='bound' needs the float vectors (store_vectors=True)")
+        if vectors.dtype.names is not None:  # int8 records: the bound rerank reads float rows
+            vectors = stored_rows(vectors)
         keys, ids, reads = q.search_bound_rerank(Q, codes, vectors, k, allowed=allowed)
         self.last_vectors_read = reads
         return keys, ids
@@ -379,6 +397,7 @@ class FlatIndex:
             "dim": q.dim_,
             "ntotal": self.ntotal,
             "store_vectors": self.store_vectors,
+            "oversample": self.oversample,
             "next_id": self._ids.next_id,
             "n_deleted": self.n_deleted,
         }
@@ -414,7 +433,7 @@ class FlatIndex:
             if k.startswith("quantizer.")
         }
         q = quantizer_from_state(meta["quantizer"], q_arrays)
-        index = cls(q, store_vectors=meta["store_vectors"])
+        index = cls(q, store_vectors=meta["store_vectors"], oversample=meta.get("oversample"))
         n = int(meta["ntotal"])
         if "codes" in arrays:
             codes, corrections = arrays["codes"], arrays["corrections"]
@@ -430,9 +449,7 @@ class FlatIndex:
         elif n:
             raise ValueError(f"no codes for ntotal {n}")
         if "vectors" in arrays:
-            if arrays["vectors"].shape != (n, q.dim_):
-                raise ValueError(f"vectors {arrays['vectors'].shape}, ntotal {n}, dim {q.dim_}")
-            index._vectors = [arrays["vectors"]]
+            index._vectors = [_checked_vectors(path, arrays["vectors"], index, q.dim_, n)]
         index._restore_ids(path, meta, arrays)
         return index
 
@@ -475,4 +492,20 @@ class FlatIndex:
 
     def __repr__(self) -> str:
         deleted = f", deleted={self.n_deleted}" if self.n_deleted else ""
-        return f"FlatIndex(vectors={len(self)}{deleted}, quantizer={self.quantizer!r})"
+        store = "" if self.store_vectors == "float32" else f", store_vectors={self.store_vectors!r}"
+        return f"FlatIndex(vectors={len(self)}{deleted}, quantizer={self.quantizer!r}{store})"
+
+
+def _checked_vectors(path, vectors: np.ndarray, index: FlatIndex, dim: int, n: int) -> np.ndarray:
+    """The ``vectors`` section, checked against the kind the meta records."""
+    from ..scoring.stored import vector_dtype
+
+    kind = index.store_vectors
+    want = vector_dtype(kind, dim) if kind else None
+    shape = (n,) if kind == "int8" else (n, dim)
+    if want is None or vectors.dtype != want or vectors.shape != shape:
+        raise CorruptFileError(
+            f"{path} holds vectors of {vectors.dtype} {vectors.shape}; its meta records "
+            f"store_vectors={kind!r} for {n} vectors of dimension {dim}"
+        )
+    return vectors

@@ -137,6 +137,8 @@ def _mask(index) -> np.ndarray:
 def flat_search_one(index, queries, k, oversample, rerank, filter, scores):
     """``FlatIndex.search`` of one query, or None where the general path must run."""
     q = index.quantizer
+    if rerank is None:  # the index's default
+        rerank = bool(index.store_vectors)
     if filter is not None or not (rerank is True or rerank is False) or not q.is_fitted:
         return None
     if type(k) is not int or k < 1 or scores not in SCORE_KINDS:

@@ -24,6 +24,7 @@ __all__ = [
     "encode_postings",
     "residual_sample",
     "cap_spills",
+    "drop_weakest_spills",
     "split_oversized",
 ]
 
@@ -144,8 +145,20 @@ def cap_spills(W, C, primary, secondary, room, *, lam: float = 1.0) -> np.ndarra
             float(lam),
             cost[r0:r1],
         )
+    return drop_weakest_spills(secondary, cost, room)
+
+
+def drop_weakest_spills(secondary, cost, room) -> np.ndarray:
+    """``secondary`` with each list ``j`` keeping its ``room[j]`` spills of lowest ``cost``.
+
+    Ties go to the lower row. The ranking step of :func:`cap_spills`, for callers that
+    computed the SOAR losses themselves (a distributed build, partition by partition).
+    """
+    rows = np.flatnonzero(secondary >= 0)
+    lab = secondary[rows].astype(np.int64)
+    counts = np.bincount(lab, minlength=len(room))
     order = np.lexsort((rows, cost[rows], lab))  # by list, then loss, then id
-    starts = np.zeros(K + 1, dtype=np.int64)
+    starts = np.zeros(len(room) + 1, dtype=np.int64)
     np.cumsum(counts, out=starts[1:])
     rank = np.empty(rows.size, dtype=np.int64)
     rank[order] = np.arange(rows.size) - starts[lab[order]]

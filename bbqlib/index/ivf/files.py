@@ -43,7 +43,7 @@ def header_meta(index) -> dict:
         "cluster_size": index.cluster_size,
         "seed": int(index.seed),
         "soar": index.soar,
-        "store_vectors": index.store_vectors,
+        "store_vectors": bool(index.store_vectors),
         "ntotal": index._ntotal,
         "n_lists": int(index._C.shape[0]),
         "n_entries": len(index._postings),

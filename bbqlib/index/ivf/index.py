@@ -24,6 +24,7 @@ from ...encoding import ENCODINGS
 from ...io.vectors import read_vectors
 from ...quantizers import BBQQuantizer, Quantizer
 from ...scoring import candidate_count, check_oversample, check_scores, dedup_topk, finish
+from ...scoring.stored import check_store_vectors
 from ...similarity import Similarity
 from .._locks import IndexGuard
 from ..ids import RowIds, filter_rows
@@ -34,7 +35,7 @@ from . import storage as ST
 from .filters import allowed_mask, allowed_per_list
 from .guarded import GuardedWrites
 from .scan import rerank_segments, scan_lists
-from .single import ivf_search_one
+from .single import search_one as _one
 
 __all__ = ["IVFIndex", "CLUSTER_SIZE_RANGE", "MAX_VECTORS"]
 
@@ -81,8 +82,10 @@ class IVFIndex(GuardedWrites):
         vectors are then served memory-mapped (only centroids stay in RAM).
     soar : bool, default True
         Spill every vector to its best secondary list (SOAR, lambda = 1).
-    store_vectors : bool, default True
-        Keep the float vectors for the exact rerank (and for re-clustering on growth).
+    store_vectors : "float32" or bool, default "float32"
+        Keep the float32 vectors for the exact rerank (and for re-clustering on growth).
+    visit_percentage, oversample : float, optional
+        Defaults of :meth:`search` (``None``: the dynamic budget, the encoding's depth).
 
     Notes
     -----
@@ -121,7 +124,9 @@ class IVFIndex(GuardedWrites):
         seed: int = 42,
         path=None,
         soar: bool = True,
-        store_vectors: bool = True,
+        store_vectors="float32",
+        visit_percentage: float | None = None,
+        oversample: float | None = None,
     ):
         if isinstance(quantizer, (int, np.integer)) and not isinstance(quantizer, bool):
             warnings.warn(
@@ -169,7 +174,9 @@ class IVFIndex(GuardedWrites):
         self.seed = check_int(seed, "seed", 0)
         self.path = None if path is None else Path(path)
         self.soar = bool(soar)
-        self.store_vectors = bool(store_vectors)
+        self.store_vectors = check_store_vectors(store_vectors, kinds=("float32",))
+        self.visit_percentage = P.check_visit_percentage(visit_percentage)
+        self.oversample = None if oversample is None else check_oversample(oversample, 1.0)
         self._fitted = False
         self._generation = None  # (directory, generation) this index was read from
         self._row_ids = RowIds()
@@ -347,7 +354,7 @@ class IVFIndex(GuardedWrites):
         *,
         visit_percentage: float | None = None,
         oversample: float | None = None,
-        rerank: bool = True,
+        rerank: bool | None = None,
         filter=None,
         scores: str = "raw",
     ):
@@ -359,12 +366,13 @@ class IVFIndex(GuardedWrites):
         k : int
         visit_percentage : float in (0, 100], optional
             Share of the vectors to visit (SOAR copies counted as half); ``None``: the
-            dynamic default ``round(log10(N)² · k') / N``.
+            index's ``visit_percentage``, else the dynamic default ``round(log10(N)² · k') / N``.
         oversample : float >= 1, optional
-            Rerank depth ``k' = min(ceil(k · oversample), 10,000)``; default from the encoding
-            (3.0 at 1 bit, 1.5 at 2 bits, 1.0 above).
-        rerank : bool
-            Rescore the ``k'`` candidates on the float vectors (exact scores).
+            Rerank depth ``k' = min(ceil(k · oversample), 10,000)``; ``None``: the index's
+            ``oversample``, else the encoding's (3.0 at 1 bit, 1.5 at 2 bits, 1.0 above).
+        rerank : bool, optional
+            Rescore the ``k'`` candidates on the stored vectors (exact scores); ``None``
+            (default): when the index keeps vectors.
         filter : array of ids, or boolean mask [ntotal], optional
             Only these ids are returned; lists are visited until enough allowed entries
             were scored. A boolean mask has one flag per vector added, in insertion order
@@ -376,18 +384,18 @@ class IVFIndex(GuardedWrites):
         Results have ``min(k, ntotal)`` columns (``k`` capped before allocating), padded with
         ``-1`` ids where deletions or a filter leave fewer. Thread-safe, also during a write.
         """
-        with self._guard.reading():
-            return self._search(queries, k, visit_percentage, oversample, rerank, filter, scores)
+        with self._guard.reading():  # one query: the single-query path (single.py)
+            return _one(self, queries, k, visit_percentage, oversample, rerank, filter, scores)
 
     def _search(self, queries, k, visit_percentage, oversample, rerank, filter, scores):
         self._check_fitted()
         F.check_row_ids(self)  # once per map: results are mapped through them
-        one = ivf_search_one(self, queries, k, visit_percentage, oversample, rerank, filter, scores)
-        if one is not None:  # one query: the fused single-query path (single.py)
-            return one
         k = cap_k(k, self._ntotal)
         check_scores(scores)
         vp = P.check_visit_percentage(visit_percentage)
+        vp = self.visit_percentage if vp is None else vp
+        if rerank is None:
+            rerank = bool(self.store_vectors)
         if rerank not in (True, False):
             raise ValueError(f"rerank must be True or False, got {rerank!r}")
         if rerank and not self.store_vectors:
@@ -399,6 +407,7 @@ class IVFIndex(GuardedWrites):
         Qp = q._validated(queries, "queries", allow_1d=True)
         Qt = q.transform_rows(Qp)
         nq = Qp.shape[0]
+        oversample = self.oversample if oversample is None else oversample
         oversample = check_oversample(oversample, q.encoding_.default_oversample)
         n_live = len(self)
         depth = candidate_count(k, oversample, n_live) if rerank else min(k, n_live)

@@ -201,20 +201,6 @@ def _best_first(keys: np.ndarray, want: int) -> np.ndarray:
     return out.astype(np.int32)
 
 
-def check_visit_percentage(value) -> float | None:
-    """``visit_percentage`` of a search: None, or a number in (0, 100]."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-        raise TypeError(f"visit_percentage must be a number in (0, 100] or None, got {value!r}")
-    value = float(value)
-    if not (0.0 < value <= 100.0):
-        raise ValueError(
-            f"visit_percentage must be in (0, 100], got {value}; None picks the dynamic default"
-        )
-    return value
-
-
 def dynamic_visit_ratio(n: int, depth: int) -> float:
     """Elasticsearch's reader-level default: ``round(log10(N)² · k') / N``."""
     if n <= 1:
@@ -306,3 +292,17 @@ def plan_batch(
         padded[redo] = rank(Qt[redo], K, dense=True)
         plan = plan_visits(padded, sizes, need)
     return plan[:3]
+
+
+def check_visit_percentage(value) -> float | None:
+    """``visit_percentage`` checked: None or a number in (0, 100]."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+        raise TypeError(f"visit_percentage must be a number in (0, 100] or None, got {value!r}")
+    value = float(value)
+    if not (0.0 < value <= 100.0):
+        raise ValueError(
+            f"visit_percentage must be in (0, 100], got {value}; None picks the dynamic default"
+        )
+    return value

@@ -16,9 +16,10 @@ from ...quantizers.osq import DEFAULT_ITERS, DEFAULT_LAMBDA
 from ...scoring import SCORE_KINDS, candidate_count, check_oversample
 from ...similarity import Similarity
 from ..single import float_rows, lut_osq, one_query, prepared_query, rerank_finish
+from . import files as F
 from . import plan as P
 
-__all__ = ["ivf_search_one"]
+__all__ = ["ivf_search_one", "search_one"]
 
 _EMPTY_MASK = np.empty(0, np.uint8)
 
@@ -92,10 +93,24 @@ def _check_lists(postings, lists, state) -> None:
         state["verified"] = bool(verified.all())
 
 
+def search_one(index, *args):
+    """``IVFIndex.search`` under its read lock: the single-query path, else ``_search``."""
+    if index._fitted:
+        F.check_row_ids(index)  # once per map: results are mapped through them
+        one = ivf_search_one(index, *args)
+        if one is not None:
+            return one
+    return index._search(*args)
+
+
 def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filter, scores):
     """``IVFIndex.search`` of one query, or None where the batch path must run."""
     if filter is not None or not index._fitted or index._n_deleted:
         return None
+    if rerank is None:  # the index's default
+        rerank = bool(index.store_vectors)
+    if visit_percentage is None:
+        visit_percentage = index.visit_percentage
     if not (rerank is True or rerank is False) or (rerank and not index.store_vectors):
         return None
     if type(k) is not int or k < 1 or scores not in SCORE_KINDS:

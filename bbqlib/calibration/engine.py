@@ -1,0 +1,266 @@
+"""The measuring engine: builds each configuration from shared parts and measures it.
+
+What does not change between configurations is computed once: the prepared vectors and
+their float16 / int8 copies, one encode per (family, preconditioning, doc bits) (every query
+width and every kind of stored vectors reuse it), and for the IVF one clustering (a 1-bit
+reference build) whose lists every quantizer re-codes (:mod:`bbqlib.index.variants`).
+Encodes are kept in a cache bounded in bytes (least recently used first out).
+
+Measurements are remembered per query: a query (identified by its bytes) already searched
+with a configuration and setting at the same ``k`` is not searched again when it comes back
+in a later query set (splits of one query pool); its recall is reused and the latency is the
+mean over every query searched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import OrderedDict
+
+import numpy as np
+
+from .._validation import check_vectors, prepare_for_similarity
+from ..index import IVFIndex
+from ..index.variants import flat_from_parts, ivf_coverage, ivf_recoded, ivf_variant
+from ..quantizers import BBQQuantizer
+from ..scoring.stored import to_stored
+from ..similarity import Similarity
+from .measure import Measurement, bootstrap_bounds, measure
+from .record import Configuration
+from .sizing import CONTAINER_BYTES, flat_sizes, ivf_sizes
+
+__all__ = ["Engine"]
+
+_BLOCK = 65_536
+
+
+def _state_bytes(quantizer) -> int:
+    _, arrays = quantizer.get_state()
+    return int(sum(np.asarray(a).nbytes for a in arrays.values()))
+
+
+class Engine:
+    """Builds and measures configurations of one index kind over one base.
+
+    Parameters
+    ----------
+    base : float array [n, d]
+        The vectors to index (may be memory-mapped; never written).
+    similarity : Similarity
+    index : {"flat", "ivf"}
+    seed : int
+    cluster_size : int
+        IVF lists' target size.
+    cache_bytes : int
+        Bound of the encode cache.
+    log : callable
+        ``log(message)`` for progress lines.
+    """
+
+    def __init__(self, base, similarity: Similarity, index: str, *, seed: int,
+                 cluster_size: int, cache_bytes: int, log):  # fmt: skip
+        self.base = base
+        self.similarity = similarity
+        self.kind = index
+        self.seed = int(seed)
+        self.cluster_size = int(cluster_size)
+        self.cache_bytes = int(cache_bytes)
+        self.log = log
+        self.n, self.dim = base.shape
+        self.timings = {"prepare": 0.0, "reference": 0.0, "encode": 0.0, "search": 0.0}
+        self._stored: dict = {}
+        self._codes: OrderedDict = OrderedDict()
+        self._reference: IVFIndex | None = None
+        self._reference_seconds = 0.0
+        self._warm: set = set()
+        self._per_query: dict = {}
+        self.queries = None
+
+    # ------------------------------------------------------------------ queries
+    def set_queries(self, queries, gt_ids, gt_scores, k: int) -> None:
+        """The held-out queries and their exact neighbours (measurements are per set)."""
+        self.queries = np.ascontiguousarray(queries, dtype=np.float32)
+        self.gt_ids, self.gt_scores, self.k = gt_ids, gt_scores, int(k)
+        self._qkeys = [hashlib.blake2b(q.tobytes(), digest_size=16).digest() for q in self.queries]
+        self._measured: dict = {}
+        self._coverage: dict = {}
+
+    # ------------------------------------------------------------------ shared parts
+    def stored(self, kind):
+        """Every base vector as ``kind`` (prepared: normalized for cosine)."""
+        if not kind:
+            return None
+        if kind not in self._stored:
+            t0 = time.perf_counter()
+            if kind == "float32":
+                if self.kind == "ivf":
+                    self._stored[kind] = self.reference()._segments[0].array
+                else:
+                    self._stored[kind] = self._prepared()
+            else:
+                src = self.stored("float32")
+                parts = [to_stored(src[i : i + _BLOCK], kind) for i in range(0, self.n, _BLOCK)]
+                self._stored[kind] = np.concatenate(parts)
+            self.timings["prepare"] += time.perf_counter() - t0
+        return self._stored[kind]
+
+    def _prepared(self) -> np.ndarray:
+        out = np.empty((self.n, self.dim), dtype=np.float32)
+        for i in range(0, self.n, _BLOCK):
+            block = check_vectors(self.base[i : i + _BLOCK], "X", dim=self.dim)
+            out[i : i + _BLOCK] = prepare_for_similarity(block, self.similarity, "X")
+        return out
+
+    def reference(self) -> IVFIndex:
+        """The IVF whose lists every configuration shares (1-bit BBQ, no transform)."""
+        if self._reference is None:
+            t0 = time.perf_counter()
+            q = BBQQuantizer(bits=1, similarity=self.similarity.value, seed=self.seed)
+            ref = IVFIndex(q, cluster_size=self.cluster_size, seed=self.seed)
+            ref.add(self.base, progress=False)
+            self._reference = ref
+            self._reference_seconds = time.perf_counter() - t0
+            self.timings["reference"] += self._reference_seconds
+            self.log(f"IVF lists: {ref.n_lists} ({self._reference_seconds:.1f} s)")
+        return self._reference
+
+    def _encoded(self, point):
+        """``(quantizer or recoded IVF, codes or None, seconds, state bytes)`` of a point."""
+        key = point.code_key
+        if key in self._codes:
+            self._codes.move_to_end(key)
+            return self._codes[key][:4]
+        entry = point.space
+        row = point.encoding
+        default_qb = point.space.make(
+            row.doc_bits, "auto", self.similarity.value, point.precondition, self.seed
+        )
+        t0 = time.perf_counter()
+        if self.kind == "flat":
+            q = default_qb.fit(self.base)
+            enc = q.encode(self.base)
+            item = (q, enc, time.perf_counter() - t0, _state_bytes(q))
+            size = (
+                enc.codes.nbytes
+                + enc.corrections.nbytes
+                + len(enc) * (16 + row.doc_bytes(self.dim))
+            )
+        else:
+            recoded = ivf_recoded(self.reference(), default_qb, self.base)
+            item = (recoded, None, time.perf_counter() - t0, _state_bytes(recoded.quantizer))
+            post = recoded._postings
+            size = 2 * np.asarray(post.codes).nbytes + post.factors.nbytes + post.ids.nbytes
+        self.timings["encode"] += item[2]
+        self.log(f"encoded {entry.family} {row.doc_bits}-bit {point.precondition} "
+                 f"({item[2]:.1f} s)")  # fmt: skip
+        self._codes[key] = item + (size,)
+        while sum(v[-1] for v in self._codes.values()) > self.cache_bytes and len(self._codes) > 1:
+            self._codes.popitem(last=False)
+        return item
+
+    def index_of(self, point, oversample=None, visit=None):
+        """The index of a point (parts shared), with search defaults ``oversample`` / ``visit``."""
+        base, enc, _, _ = self._encoded(point)
+        qb = point.encoding.query_bits
+        store = point.store
+        if self.kind == "flat":
+            q = base if base.encoding_.query_bits == qb else base.with_query_bits(qb)
+            return flat_from_parts(q, enc, self.stored(store), store, oversample=oversample)
+        return ivf_variant(
+            base, query_bits=qb if base.encoding_.query_bits != qb else "keep",
+            store_vectors=store, vectors=self.stored(store), visit_percentage=visit,
+            oversample=oversample,
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ measuring
+    def measure(self, point, oversample=None, visit=None) -> Measurement:
+        """Recall and single-thread latency of ``point`` searched with these settings."""
+        oversample = oversample if point.store else None
+        key = (point, oversample, visit)
+        if key not in self._measured:
+            # per query: recall; per setting: [recalls by query, total ms, queries searched]
+            memo = self._per_query.setdefault((*key, self.k), [{}, 0.0, 0])
+            todo = np.array([i for i, h in enumerate(self._qkeys) if h not in memo[0]], np.int64)
+            if todo.size:
+                index = self.index_of(point, oversample, visit)
+                warm = (point.code_key, point.encoding.query_bits, str(point.store))
+                if warm not in self._warm:  # kernels load from numba's cache on first use
+                    index.search(self.queries[:2], self.k)
+                    self._warm.add(warm)
+                t0 = time.perf_counter()
+                gs = None if self.gt_scores is None else self.gt_scores[todo]
+                m = measure(index, self.queries[todo], self.gt_ids[todo], gs, self.k)
+                self.timings["search"] += time.perf_counter() - t0
+                for i, r in zip(todo, m.per_query, strict=True):
+                    memo[0][self._qkeys[i]] = float(r)
+                memo[1] += m.latency_ms * todo.size
+                memo[2] += todo.size
+            per_query = np.array([memo[0][h] for h in self._qkeys])
+            low, ci = bootstrap_bounds(per_query)
+            latency = memo[1] / memo[2]
+            self._measured[key] = Measurement(float(per_query.mean()), low, ci, latency, per_query)
+        return self._measured[key]
+
+    def retime(self, point, oversample, visit, repeats: int) -> list[float]:
+        """Single-thread latencies (ms per query) of ``repeats`` more searches (of at most
+        :data:`~.search.RETIME_QUERIES` queries)."""
+        from .measure import timed_search
+        from .search import RETIME_QUERIES
+
+        index = self.index_of(point, oversample if point.store else None, visit)
+        queries = self.queries[:RETIME_QUERIES]
+        out = []
+        for _ in range(repeats):
+            _, seconds = timed_search(index, queries, self.k)
+            out.append(1000.0 * seconds / len(queries))
+        return out
+
+    def coverage(self, visit: float, depth: int) -> np.ndarray:
+        """Per query: share of the true top-k in the lists a search visits (IVF)."""
+        key = (visit, depth)
+        if key not in self._coverage:
+            self._coverage[key] = ivf_coverage(
+                self.reference(), self.queries, self.gt_ids[:, : self.k], visit, depth
+            )
+        return self._coverage[key]
+
+    # ------------------------------------------------------------------ sizes
+    def list_shape(self) -> tuple[float, float]:
+        """``(entries_per_vector, vectors_per_list)`` of the shared IVF lists."""
+        ref = self.reference()
+        return len(ref._postings) / self.n, self.n / ref.n_lists
+
+    def bytes_per_vector(self, point) -> float:
+        """Bytes each vector adds to the index (fixed costs such as a transform excluded)."""
+        is_l2 = self.similarity.is_distance
+        if self.kind == "flat":
+            disk, _ = flat_sizes(self.n, self.dim, point.encoding, is_l2, point.store)
+            return (disk - CONTAINER_BYTES) / self.n
+        epv, vpl = self.list_shape()
+        disk, _ = ivf_sizes(self.n, self.dim, point.encoding, point.store, epv, vpl)
+        return (disk - 2 * CONTAINER_BYTES) / self.n
+
+    def configuration(self, point, oversample, visit, m: Measurement | None) -> Configuration:
+        """The frozen record of a point with its settings and measurement."""
+        row = point.encoding
+        _, _, seconds, state = self._encoded(point)
+        epv = vpl = None
+        if self.kind == "ivf":
+            epv, vpl = self.list_shape()
+            seconds += self._reference_seconds
+        return Configuration(
+            index=self.kind, family=row.family, bits=row.doc_bits, query_bits=row.query_bits,
+            precondition=point.precondition, store_vectors=point.store,
+            oversample=float(oversample) if point.store and oversample else None,
+            visit_percentage=None if visit is None else float(visit),
+            similarity=self.similarity.value, k=self.k, seed=self.seed,
+            cluster_size=self.cluster_size if self.kind == "ivf" else None, dim=self.dim,
+            recall=None if m is None else m.recall,
+            recall_low=None if m is None else m.recall_low,
+            recall_ci=None if m is None else m.recall_ci,
+            latency_ms=None if m is None else m.latency_ms,
+            bytes_per_vector=self.bytes_per_vector(point), build_seconds=seconds,
+            n_measured=self.n, n_queries=len(self.queries), entries_per_vector=epv,
+            vectors_per_list=vpl, state_bytes=state,
+        )  # fmt: skip

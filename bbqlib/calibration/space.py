@@ -1,0 +1,186 @@
+"""The search space of calibration: one table entry per quantizer family.
+
+Every code configuration comes from the encoding registry (``ENCODINGS.rows(family,
+index=...)``); a :class:`FamilySpace` says which of a family's rows to try, with which
+preconditioning, and how to make its quantizer. Adding a family (SAQ, say) is one entry in
+:data:`SPACE`. The other dimensions are the kinds of stored rerank vectors
+(:data:`STORES`), the rerank depths (:data:`OVERSAMPLES`) and, for the IVF, the visit
+budgets (:data:`VISITS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..encoding import ENCODINGS, Encoding
+from ..quantizers import BBQQuantizer, Quantizer, RaBitQQuantizer, ScalarQuantizer
+from ..scoring.stored import stored_row_bytes
+
+__all__ = [
+    "FamilySpace",
+    "SPACE",
+    "FULL_SPACE",
+    "STORES",
+    "IVF_STORES",
+    "OVERSAMPLES",
+    "VISITS",
+    "CodePoint",
+    "code_points",
+]
+
+
+def _bbq(bits, query_bits, similarity, precondition, seed) -> Quantizer:
+    return BBQQuantizer(bits, query_bits, similarity, precondition=precondition, seed=seed)
+
+
+def _rabitq(bits, query_bits, similarity, precondition, seed) -> Quantizer:
+    return RaBitQQuantizer(bits, query_bits, similarity, rotation=precondition, seed=seed)
+
+
+def _int8(method: str):
+    def make(bits, query_bits, similarity, precondition, seed) -> Quantizer:
+        return ScalarQuantizer(
+            bits, method, similarity, query_bits, precondition=precondition, seed=seed
+        )
+
+    return make
+
+
+@dataclass(frozen=True)
+class FamilySpace:
+    """One family of the search space.
+
+    Attributes
+    ----------
+    family : str
+        Registry family (``bbqlib.ENCODINGS.rows(family)``).
+    make : callable
+        ``make(bits, query_bits, similarity, precondition, seed) -> Quantizer`` (unfitted).
+    preconditions : tuple
+        Values of the family's transform parameter to try (``None``: none).
+    doc_bits : tuple of int, optional
+        Doc widths to try (default: every width the registry has for the family).
+    query_bits : "default", "default+float" or "all"
+        Query widths per doc width: the registry's default, the default and a float query,
+        or every width the registry has.
+    code : str
+        How the snippet a report prints makes the quantizer (``{bits}``, ``{query_bits}``,
+        ``{similarity}``, ``{precondition}``, ``{seed}`` are filled in).
+    """
+
+    family: str
+    make: Callable[..., Quantizer]
+    preconditions: tuple = (None,)
+    doc_bits: tuple[int, ...] | None = None
+    query_bits: str = "default+float"
+    code: str = ""
+
+    def rows(self, index: str) -> list[Encoding]:
+        """The registry rows of this entry an ``index`` ("flat" or "ivf") serves."""
+        fam = ENCODINGS.family(self.family)
+        out = []
+        for row in ENCODINGS.rows(self.family, index=index):
+            if self.doc_bits is not None and row.doc_bits not in self.doc_bits:
+                continue
+            default = fam.default_query_bits[row.doc_bits]
+            keep = {
+                "default": row.query_bits == default,
+                "default+float": row.query_bits in (default, None),
+                "all": True,
+            }[self.query_bits]
+            if keep:
+                out.append(row)
+        return out
+
+
+_BBQ_CODE = (
+    "bbqlib.BBQQuantizer(bits={bits}, query_bits={query_bits}, similarity={similarity}, "
+    "precondition={precondition}, seed={seed})"
+)
+_RABITQ_CODE = (
+    "bbqlib.RaBitQQuantizer(bits={bits}, query_bits={query_bits}, similarity={similarity}, "
+    "rotation={precondition}, seed={seed})"
+)
+_INT8_CODE = (
+    "bbqlib.ScalarQuantizer(bits={bits}, method={method}, similarity={similarity}, "
+    "query_bits={query_bits}, precondition={precondition}, seed={seed})"
+)
+
+#: The default search space: Lucene's BBQ widths with and without a Hadamard preconditioner,
+#: RaBitQ at 1, 2 and 4 bits, and the two int8 grids (each with its default query and a
+#: float query).
+SPACE: tuple[FamilySpace, ...] = (
+    FamilySpace("osq", _bbq, (None, "hadamard"), (1, 2, 4, 7), code=_BBQ_CODE),
+    FamilySpace("rabitq", _rabitq, ("hadamard",), (1, 2, 4), code=_RABITQ_CODE),
+    FamilySpace("int8_per_dim", _int8("per_dim"), (None,), (8,),
+                code=_INT8_CODE.replace("{method}", "'per_dim'")),
+    FamilySpace("int8_global", _int8("global"), (None,), (7,),
+                code=_INT8_CODE.replace("{method}", "'global'")),
+)  # fmt: skip
+
+#: Every registry row of every family (every doc and query width).
+FULL_SPACE: tuple[FamilySpace, ...] = tuple(
+    FamilySpace(f.family, f.make, f.preconditions, None, "all", f.code) for f in SPACE
+)
+
+#: Stored rerank vectors, cheapest first (False: no rerank).
+STORES: tuple = (False, "int8", "float16", "float32")
+#: The kinds an IVFIndex keeps (float16 and int8 are FlatIndex-only for now).
+IVF_STORES: tuple = (False, "float32")
+#: Rerank depths ``k' = ceil(k · oversample)`` tried (capped at 10,000 and n).
+OVERSAMPLES: tuple[float, ...] = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0)
+#: IVF visit budgets (percent of the vectors) tried.
+VISITS: tuple[float, ...] = (
+    0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0,
+    20.0, 30.0, 50.0, 75.0, 100.0,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CodePoint:
+    """A point of the space whose bytes are fixed: codes, preconditioning, stored vectors.
+
+    ``query_bits`` changes no stored byte, but it is part of the point (a chain of points
+    varies only ``encoding.doc_bits``).
+    """
+
+    space: FamilySpace
+    encoding: Encoding
+    precondition: object
+    store: object
+
+    @property
+    def chain(self) -> tuple:
+        """Points of one chain differ only in doc bits (recall and bytes grow with them)."""
+        e = self.encoding
+        return (self.space.family, str(self.precondition), str(self.store), e.query_bits)
+
+    @property
+    def code_key(self) -> tuple:
+        """Points with the same key share one encode (query width and stores differ)."""
+        return (self.space.family, str(self.precondition), self.encoding.doc_bits)
+
+    def code_bytes(self, dim: int, is_l2: bool) -> int:
+        return self.encoding.bytes_per_vector(dim, is_l2)
+
+    def row_bytes(self, dim: int) -> int:
+        return stored_row_bytes(self.store, dim)
+
+    def label(self) -> str:
+        e = self.encoding
+        q = "float" if e.query_bits is None else f"{e.query_bits}"
+        pre = "" if self.precondition is None else f" {self.precondition}"
+        store = "no rerank" if not self.store else f"{self.store} rerank"
+        return f"{e.family} {e.doc_bits}x{q}{pre}, {store}"
+
+
+def code_points(space, index: str, stores=STORES) -> list[CodePoint]:
+    """Every point of ``space`` for ``index``, in table order."""
+    out = []
+    for entry in space:
+        for row in entry.rows(index):
+            for pre in entry.preconditions:
+                for store in stores:
+                    out.append(CodePoint(entry, row, pre, store))
+    return out

@@ -1,0 +1,147 @@
+"""List assignment of one partition against a fixed centroid table (runs on the workers).
+
+A single-process build learns assignments while it clusters; a distributed one clusters a
+sample, then assigns every partition on its own. Comparing a row with all ``K`` centroids
+(13,000 at 5M rows) would cost more than the rest of the build, so :class:`Assigner` goes
+down a two-level tree and then walks the centroid graph: the nearest parent (of
+:func:`~bbqlib.index.clustering.parent_level`, about ``K / 32`` of them), the nearest child
+of that parent and of its :data:`PROBE` - 1 nearest parents, then, until no row moves, the
+nearest among the current centroid and its 128 nearest centroids (the neighbourhood the
+single-process refinement searches, ``bbqlib.index.clustering``). SOAR and its spill costs
+use the same precomputed neighbourhoods, so no worker recomputes the ``K x K`` distances.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._kernels import ivf as KI
+from .._kernels.kmeans import (
+    nearest_centroid_kernel,
+    nearest_in_neighbourhood_kernel,
+    soar_kernel,
+)
+
+__all__ = ["Assigner", "make_assigner"]
+
+#: Centroid neighbourhood searched per step (as the single-process refinement and SOAR).
+NEIGHBOURS = 128
+#: Children per parent (about ``K / 32`` parents).
+ENTRY_CHILDREN = 32
+#: Parents whose children are searched for a row (its nearest parent's nearest parents).
+PROBE = 4
+#: Most neighbourhood steps of the greedy walk.
+MAX_STEPS = 8
+
+
+def _groups(assign: np.ndarray, k: int):
+    rows = np.argsort(assign, kind="stable").astype(np.int64, copy=False)
+    counts = np.bincount(assign, minlength=k)
+    groups = np.flatnonzero(counts).astype(np.int32)
+    starts = np.zeros(groups.size + 1, dtype=np.int64)
+    np.cumsum(counts[groups], out=starts[1:])
+    return rows, starts, groups
+
+
+@dataclass
+class Assigner:
+    """Centroids with their neighbourhood graph and entry points (picklable, shipped once)."""
+
+    C: np.ndarray  # float32 [K, d]
+    neigh: np.ndarray  # int32 [K, m]
+    parents: np.ndarray | None  # float32 [P, d], None: every row is compared with all of C
+    children: np.ndarray | None  # int32 [P, w]: children of each parent's PROBE nearest parents
+
+    @property
+    def n_lists(self) -> int:
+        return self.C.shape[0]
+
+    def nearest(self, W: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
+        """Nearest centroid of each row of ``W`` (float32), by the greedy walk.
+
+        ``start``: a first guess per row (e.g. the assignment against earlier centroids);
+        otherwise the nearest entry centroid.
+        """
+        K = self.n_lists
+        if start is None:
+            current = np.empty(W.shape[0], dtype=np.int32)
+            if self.parents is None:
+                nearest_centroid_kernel(W, self.C, current)
+                return current  # exact
+            parent = np.empty(W.shape[0], dtype=np.int32)
+            nearest_centroid_kernel(W, self.parents, parent)
+            groups = _groups(parent, self.parents.shape[0])
+            # group p scans centroid p (any real centroid: harmless) and children[p]
+            nearest_in_neighbourhood_kernel(W, self.C, *groups, self.children, current)
+        else:
+            current = np.asarray(start, dtype=np.int32).copy()
+        if self.neigh.shape[1] == 0:
+            return current  # K = 1
+        todo = np.arange(W.shape[0])
+        for _ in range(MAX_STEPS):
+            Wt = W if todo.size == W.shape[0] else np.ascontiguousarray(W[todo])
+            cur = current[todo]
+            new = np.empty(todo.size, dtype=np.int32)
+            nearest_in_neighbourhood_kernel(Wt, self.C, *_groups(cur, K), self.neigh, new)
+            moved = new != cur
+            current[todo] = new
+            if not moved.any():
+                break
+            todo = todo[moved]
+        return current
+
+    def soar(self, W: np.ndarray, primary: np.ndarray, lam: float) -> np.ndarray:
+        """SOAR spill list of each row (as :func:`~bbqlib.index.clustering.soar_assign`)."""
+        if self.n_lists == 1:
+            return np.full(W.shape[0], -1, dtype=np.int32)
+        out = np.empty(W.shape[0], dtype=np.int32)
+        primary = np.ascontiguousarray(primary, dtype=np.int32)
+        soar_kernel(W, self.C, *_groups(primary, self.n_lists), self.neigh, float(lam), out)
+        return out
+
+    def spill_costs(self, W, primary, secondary, lam: float) -> np.ndarray:
+        """SOAR loss of each row's spill (``inf`` without one), as the cap ranks them."""
+        out = np.empty(W.shape[0], dtype=np.float64)
+        KI.spill_costs(
+            W,
+            self.C,
+            np.ascontiguousarray(primary, dtype=np.int64),
+            np.ascontiguousarray(secondary, dtype=np.int64),
+            float(lam),
+            out,
+        )
+        return out
+
+
+def make_assigner(C: np.ndarray, seed: int) -> Assigner:
+    """The graph of ``C``: neighbourhoods and one entry centroid per parent (on the driver)."""
+    from ..index.clustering import centroid_neighbourhoods, parent_level
+
+    C = np.ascontiguousarray(C, dtype=np.float32)
+    K = C.shape[0]
+    neigh = centroid_neighbourhoods(C, NEIGHBOURS) if K > 1 else np.empty((K, 0), dtype=np.int32)
+    level = parent_level(C, centroids_per_parent=ENTRY_CHILDREN, seed=seed) if K > 1 else None
+    if level is None:
+        return Assigner(C, np.ascontiguousarray(neigh, dtype=np.int32), None, None)
+    P = level.centroids.shape[0]
+    near = _nearest_parents(level.centroids, min(PROBE, P))
+    kids = [level.child_order[level.offsets[p] : level.offsets[p + 1]] for p in range(P)]
+    lists = [np.concatenate([kids[q] for q in near[p]]) for p in range(P)]
+    width = max(len(x) for x in lists)
+    children = np.empty((P, width), dtype=np.int32)
+    for p, x in enumerate(lists):  # pad by repeating the first child (scanned twice: harmless)
+        children[p, : len(x)] = x
+        children[p, len(x) :] = x[0]
+    return Assigner(C, np.ascontiguousarray(neigh, dtype=np.int32),
+                    np.ascontiguousarray(level.centroids, dtype=np.float32), children)  # fmt: skip
+
+
+def _nearest_parents(P: np.ndarray, m: int) -> np.ndarray:
+    """Each parent and its ``m - 1`` nearest other parents (int [P, m])."""
+    P64 = P.astype(np.float64)
+    sq = np.einsum("ij,ij->i", P64, P64)
+    D = sq[:, None] + sq[None, :] - 2.0 * (P64 @ P64.T)
+    np.fill_diagonal(D, -np.inf)  # itself first
+    return np.argsort(D, axis=1, kind="stable")[:, :m]
