@@ -74,8 +74,10 @@ def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
     if len(index) == 0:
         raise ValueError("index is empty: add vectors before warmup (kernels depend on them)")
     rerank = bool(getattr(index, "store_vectors", True))  # indexes without vectors search raw
+    probe = _probe_query(index)
     with policy.recording() as kernels:
-        index.search(_probe_query(index), k=k, rerank=rerank)
+        index.search(probe, k=k, rerank=rerank)  # one query: the single-query kernels
+        index.search(np.stack([probe, probe]), k=k, rerank=rerank)  # a batch: the others
     if batch:
         for kern, signatures in kernels.items():
             kern.compile_both(signatures)

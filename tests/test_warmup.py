@@ -7,6 +7,7 @@ import pytest
 
 import bbqlib
 from bbqlib._kernels import policy
+from bbqlib._kernels import single as KO
 from bbqlib.io.preload import preload_arrays
 
 
@@ -28,7 +29,7 @@ def test_warmup_prepares_every_kernel_a_search_uses(kind, batch, make_vectors):
     before = index.search(X[:3], k=4)
     assert bbqlib.warmup(index, batch=batch) >= 0.0
     with policy.recording() as used:
-        index.search(X[5], k=4)
+        index.search(X[5:7], k=4)  # a batch (one query takes the single-query kernels)
     assert used
     for kern, signatures in used.items():
         if batch:
@@ -37,6 +38,9 @@ def test_warmup_prepares_every_kernel_a_search_uses(kind, batch, make_vectors):
             assert signatures <= set(kern.serial.signatures), kern
     after = index.search(X[:3], k=4)
     np.testing.assert_array_equal(before[1], after[1])
+    # the single-query path's kernels are compiled (or loaded) too
+    assert KO.prepare_one.signatures and KO.rerank_sqdists.signatures
+    assert (KO.flat_lut_one if kind == "flat" else KO.ivf_lut_one).signatures
 
 
 def test_warmup_of_an_index_without_vectors(make_vectors):

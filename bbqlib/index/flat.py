@@ -33,6 +33,7 @@ from ..scoring import (
 from ..scoring.stored import check_store_vectors, stored_exact_values, stored_rows, to_stored
 from ._locks import IndexGuard
 from .ids import RowIds, filter_rows
+from .single import flat_search_one
 
 __all__ = ["FlatIndex"]
 
@@ -298,6 +299,9 @@ class FlatIndex:
             return self._search(queries, k, oversample, rerank, filter, scores)
 
     def _search(self, queries, k, oversample, rerank, filter, scores):
+        one = flat_search_one(self, queries, k, oversample, rerank, filter, scores)
+        if one is not None:  # one query: the fused single-query path (index/single.py)
+            return one
         q = self.quantizer
         if not q.is_fitted:
             raise NotFittedError("this FlatIndex is empty; call add(X) first")

@@ -34,8 +34,8 @@ from . import plan as P
 from . import storage as ST
 from .filters import allowed_mask, allowed_per_list
 from .guarded import GuardedWrites
-from .plan import check_visit_percentage as _check_visit_percentage
 from .scan import rerank_segments, scan_lists
+from .single import search_one as _one
 
 __all__ = ["IVFIndex", "CLUSTER_SIZE_RANGE", "MAX_VECTORS"]
 
@@ -175,7 +175,7 @@ class IVFIndex(GuardedWrites):
         self.path = None if path is None else Path(path)
         self.soar = bool(soar)
         self.store_vectors = check_store_vectors(store_vectors, kinds=("float32",))
-        self.visit_percentage = _check_visit_percentage(visit_percentage)
+        self.visit_percentage = P.check_visit_percentage(visit_percentage)
         self.oversample = None if oversample is None else check_oversample(oversample, 1.0)
         self._fitted = False
         self._generation = None  # (directory, generation) this index was read from
@@ -384,15 +384,15 @@ class IVFIndex(GuardedWrites):
         Results have ``min(k, ntotal)`` columns (``k`` capped before allocating), padded with
         ``-1`` ids where deletions or a filter leave fewer. Thread-safe, also during a write.
         """
-        with self._guard.reading():
-            return self._search(queries, k, visit_percentage, oversample, rerank, filter, scores)
+        with self._guard.reading():  # one query: the single-query path (single.py)
+            return _one(self, queries, k, visit_percentage, oversample, rerank, filter, scores)
 
     def _search(self, queries, k, visit_percentage, oversample, rerank, filter, scores):
         self._check_fitted()
         F.check_row_ids(self)  # once per map: results are mapped through them
         k = cap_k(k, self._ntotal)
         check_scores(scores)
-        vp = _check_visit_percentage(visit_percentage)
+        vp = P.check_visit_percentage(visit_percentage)
         vp = self.visit_percentage if vp is None else vp
         if rerank is None:
             rerank = bool(self.store_vectors)

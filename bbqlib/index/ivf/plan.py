@@ -30,6 +30,7 @@ __all__ = [
     "rank_lists",
     "plan_visits",
     "dynamic_visit_ratio",
+    "check_visit_percentage",
 ]
 
 #: Bits of the centroid codes and of the query that scores them (ES PR #132261).

@@ -1,0 +1,169 @@
+"""``IVFIndex.search`` of one query in three compiled calls (plan, list scan, rerank).
+
+See :mod:`bbqlib.index.single`: the fast path answers one float32 query when the quantizer
+scans with the lookup-table kernels, nothing is filtered or deleted and the float vectors
+are one float32 segment; otherwise it returns None and the batch path runs. The results and
+``last_search_stats`` are the batch path's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..._kernels import single as KO
+from ...encoding import padded_dim
+from ...quantizers.osq import DEFAULT_ITERS, DEFAULT_LAMBDA
+from ...scoring import SCORE_KINDS, candidate_count, check_oversample
+from ...similarity import Similarity
+from ..single import float_rows, lut_osq, one_query, prepared_query, rerank_finish
+from . import files as F
+from . import plan as P
+
+__all__ = ["ivf_search_one", "search_one"]
+
+_EMPTY_MASK = np.empty(0, np.uint8)
+
+
+def _state(index):
+    """What the fast path needs of the index as it is now (kept until the next change): the
+    fixed arguments of the plan and scan kernels."""
+    postings = index._postings
+    segments = index._segments
+    first = segments[0] if segments else None
+    key = (postings, segments, len(segments), index._table, index._C, first)
+    cached = getattr(index, "_single_state", None)
+    if cached is not None:
+        old = cached[0]
+        if old[2] == key[2] and all(old[i] is key[i] for i in (0, 1, 3, 4, 5)):
+            return cached[1]
+    state = False
+    q = index.quantizer
+    if lut_osq(q) and len(index._segments) == 1:
+        blocks, block_starts = postings.lut_layout()
+        table = index._table
+        sim = q.similarity_
+        is_l2 = sim.is_distance
+        by_distance = sim is not Similarity.MAX_INNER_PRODUCT
+        sizes = postings.sizes
+        width = padded_dim(q.dim_)
+        state = {
+            "is_l2": is_l2,
+            "by_distance": by_distance,
+            "sizes": sizes,
+            "plan": (
+                table.g,
+                table.gg,
+                table.codes,
+                table.factors,
+                table.cc,
+                sizes,
+                P.CENTROID_BITS,
+                DEFAULT_ITERS,
+                DEFAULT_LAMBDA,
+                is_l2,
+                by_distance or is_l2,
+            ),  # fmt: skip
+            "C": np.ascontiguousarray(index._C, dtype=np.float32),
+            "width": width,
+            "docs": (
+                postings.start,
+                block_starts,
+                blocks,
+                postings.factors,
+                postings.ids,
+                index._list_cc,
+                q.encoding_.doc_planes,
+                width // 8,
+                q.dim_,
+                _EMPTY_MASK,
+            ),  # fmt: skip
+            "segment": first,
+            "vectors": float_rows(first.array),
+            "verified": postings.crc is None,
+        }
+    index._single_state = (key, state)
+    return state
+
+
+def _check_lists(postings, lists, state) -> None:
+    """CRC32 of the lists read for the first time (an index opened from files)."""
+    verified = postings._verified_blocks if postings.lut_crc is not None else postings._verified
+    if not verified[lists].all():
+        postings.check(lists, blocks=True)
+        state["verified"] = bool(verified.all())
+
+
+def search_one(index, *args):
+    """``IVFIndex.search`` under its read lock: the single-query path, else ``_search``."""
+    if index._fitted:
+        F.check_row_ids(index)  # once per map: results are mapped through them
+        one = ivf_search_one(index, *args)
+        if one is not None:
+            return one
+    return index._search(*args)
+
+
+def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filter, scores):
+    """``IVFIndex.search`` of one query, or None where the batch path must run."""
+    if filter is not None or not index._fitted or index._n_deleted:
+        return None
+    if rerank is None:  # the index's default
+        rerank = bool(index.store_vectors)
+    if visit_percentage is None:
+        visit_percentage = index.visit_percentage
+    if not (rerank is True or rerank is False) or (rerank and not index.store_vectors):
+        return None
+    if type(k) is not int or k < 1 or scores not in SCORE_KINDS:
+        return None
+    if visit_percentage is not None:
+        if type(visit_percentage) not in (int, float) or not 0.0 < visit_percentage <= 100.0:
+            return None
+    q = index.quantizer
+    x = one_query(queries, q.dim_)
+    if x is None:
+        return None
+    state = _state(index)
+    if state is False or (rerank and state["vectors"] is None):
+        return None
+    sim = q.similarity_
+    Qp = prepared_query(x, sim)
+    if Qp is None:
+        return None
+    enc = q.encoding_
+    default = enc.default_oversample
+    oversample = default if oversample is None else check_oversample(oversample, default)
+    ntotal = index._ntotal
+    k = min(k, ntotal)  # results have min(k, ntotal) columns, as the batch path's ``cap_k``
+    depth = candidate_count(k, oversample, ntotal) if rerank else min(k, ntotal)
+    if depth == 0:
+        return None
+    if visit_percentage is None:
+        ratio = P.dynamic_visit_ratio(ntotal, depth)
+    else:
+        ratio = visit_percentage / 100.0
+    heap = 2 * depth
+    need = max(2.0 * ratio * ntotal, heap)
+    Qt = Qp if q.transform_ is None else q.transform_rows(Qp)
+    table = index._table
+    if table.has_parents:
+        is_l2, by_distance = state["is_l2"], state["by_distance"]
+        lists = P.plan_batch(Qt, table, state["sizes"], is_l2, by_distance, ratio, need, heap)[0]
+    else:
+        lists = KO.ivf_plan_one(Qt, *state["plan"], float(need))
+    postings = index._postings
+    if not state["verified"]:
+        _check_lists(postings, lists, state)
+    keys, rows, entries = KO.ivf_lut_one(
+        Qt, state["C"], lists, enc.query_bits, q.lam, state["is_l2"], state["width"],
+        *state["docs"], heap, depth,
+    )  # fmt: skip
+    index.last_search_stats = {
+        "lists_visited": float(lists.size),
+        "entries_scored": float(entries),
+        "visited_fraction": entries / max(1, 2 * ntotal),
+        "depth": depth,
+    }
+    if rerank and state["segment"].blocks is not None:  # block CRC32s at their first read
+        state["segment"].check_rows(rows[rows >= 0])
+    out, rows = rerank_finish(Qp, state["vectors"], keys, rows, k, sim, rerank, scores)
+    return out, index._row_ids.of_rows(rows)

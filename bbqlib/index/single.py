@@ -1,0 +1,175 @@
+"""The single-query path of both indexes: one query per call in a few compiled calls.
+
+``FlatIndex.search`` and ``IVFIndex.search`` call :func:`flat_search_one` /
+:func:`bbqlib.index.ivf.single.ivf_search_one` first; they answer a query given as a
+float32 array of shape ``[d]`` or ``[1, d]`` (C-contiguous) when the quantizer scans with
+the lookup-table kernels (``BBQQuantizer`` at <= 4 query bits on AVX2 CPUs, the default),
+and return ``None`` otherwise, so the general path runs (and raises the usual errors for
+bad input). The results are the general path's, bit for bit: the same compiled bodies run
+(:mod:`bbqlib._kernels.single`), on the calling thread, with the GIL released.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._kernels import single as KO
+from .._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE
+from ..encoding import padded_dim
+from ..quantizers import BBQQuantizer
+from ..scoring import SCORE_KINDS, candidate_count, check_oversample, use_lut
+from ..similarity import Similarity, scores_from_raw
+
+__all__ = ["one_query", "prepared_query", "lut_osq", "rerank_finish", "flat_search_one"]
+
+_EMPTY_MASK = np.empty(0, np.uint8)
+
+
+def one_query(queries, dim: int) -> np.ndarray | None:
+    """``queries`` as a float32 row [d] (no copy) when it is one C-contiguous float32 query
+    of dimension ``dim``, else None."""
+    if type(queries) is not np.ndarray or queries.dtype != np.float32:
+        return None
+    if queries.ndim == 2 and queries.shape[0] == 1:
+        queries = queries[0]
+    if queries.ndim != 1 or queries.shape[0] != dim or not queries.flags.c_contiguous:
+        return None
+    return queries
+
+
+def prepared_query(x: np.ndarray, similarity: Similarity) -> np.ndarray | None:
+    """One query row as ``prepare_for_similarity`` makes it, as [1, d] (normalized for
+    cosine, a new array then); None when it breaks a rule (the general path raises)."""
+    cosine = similarity is Similarity.COSINE
+    out = np.empty_like(x) if cosine else x
+    sq = KO.prepare_one(x, cosine, out)
+    if not sq <= MAX_SQ_NORM:  # not finite, or beyond check_vectors' bound
+        return None
+    if cosine and sq == 0.0:
+        return None
+    if similarity is Similarity.DOT_PRODUCT and abs(sq - 1.0) > UNIT_NORM_TOLERANCE:
+        return None
+    return out.reshape(1, -1)
+
+
+def lut_osq(q) -> bool:
+    """Whether quantizer ``q`` codes queries as :class:`BBQQuantizer` does (bbqlib's OSQ
+    arithmetic) at a width the lookup-table scan serves."""
+    from ..quantizers import lucene_osq
+
+    if not isinstance(q, BBQQuantizer) or lucene_osq.is_lucene(q):
+        return False
+    cls = type(q)
+    if cls._query_codes is not BBQQuantizer._query_codes:
+        return False
+    for name in ("topk_keys", "query_pairs", "_validated"):
+        if getattr(cls, name) is not getattr(BBQQuantizer, name):
+            return False
+    enc = q.encoding_
+    return enc.query_bits is not None and use_lut(enc.query_planes, enc.layout)
+
+
+def float_rows(vectors) -> np.ndarray | None:
+    """The float vectors as the exact kernel takes them (float32), else None."""
+    if vectors is None:
+        return None
+    vec = vectors.view(np.ndarray) if isinstance(vectors, np.memmap) else vectors
+    if type(vec) is not np.ndarray or vec.dtype != np.float32 or not vec.flags.c_contiguous:
+        return None
+    return vec
+
+
+def rerank_finish(Qp, vectors, keys, rows, k: int, similarity: Similarity, rerank: bool, scores):
+    """Exact rerank of candidate ``rows`` [m] (``-1`` padding; ``keys`` their estimated keys,
+    best first) and the exit: ``(scores float32 [1, k], rows int64 [1, k])`` as
+    ``rerank_keys`` + ``finish`` make them."""
+    dist = similarity.is_distance
+    pad = np.inf if dist and scores == "raw" else -np.inf
+    if rerank:
+        if dist:
+            raw, out_rows = KO.rerank_sqdists(Qp, vectors, rows, k, pad)
+        else:
+            raw, out_rows = KO.rerank_dots(Qp, vectors, rows, k, pad)
+    else:
+        m = min(k, rows.shape[0])
+        raw = np.full((1, k), pad)
+        out_rows = np.full((1, k), -1, dtype=np.int64)
+        valid = rows[:m] >= 0
+        raw[0, :m] = np.where(valid, -keys[:m] if dist else keys[:m], pad)
+        out_rows[0, :m] = np.where(valid, rows[:m], -1)
+    if scores == "raw":
+        return raw.astype(np.float32), out_rows
+    valid = out_rows >= 0
+    values = scores_from_raw(similarity, np.where(valid, raw, 0.0))
+    return np.where(valid, values, pad).astype(np.float32), out_rows
+
+
+def _flat_state(q, codes):
+    """What the flat fast path needs of ``codes`` (kept with them), or False: the doc-side
+    arguments of :func:`bbqlib._kernels.single.flat_lut_one`."""
+    key = ("single", q.fingerprint_)
+    state = codes._cache.get(key)
+    if state is None:
+        state = False
+        if lut_osq(q):
+            d = q._cached_doc_codes(codes)
+            blocks, cols = d.lut_layout()
+            pairs = d.words * 8
+            docs = (blocks, cols, d.planes, pairs, len(d), d.dim, d.centroid_dot, d.is_l2)
+            centroid = np.ascontiguousarray(q.centroid_, dtype=np.float32)
+            state = (centroid, padded_dim(q.dim_), docs, q.encoding_.default_oversample)
+        codes._cache[key] = state
+    return state
+
+
+def _mask(index) -> np.ndarray:
+    """uint8 mask of the live rows (empty: all), kept until the next delete or add."""
+    deleted = index._deleted
+    if deleted is None:
+        return _EMPTY_MASK
+    cached = getattr(index, "_single_mask", None)
+    if cached is None or cached[0] is not deleted:
+        mask = _EMPTY_MASK if not deleted.any() else (~deleted).view(np.uint8)
+        cached = index._single_mask = (deleted, mask)
+    return cached[1]
+
+
+def flat_search_one(index, queries, k, oversample, rerank, filter, scores):
+    """``FlatIndex.search`` of one query, or None where the general path must run."""
+    q = index.quantizer
+    if rerank is None:  # the index's default
+        rerank = bool(index.store_vectors)
+    if filter is not None or not (rerank is True or rerank is False) or not q.is_fitted:
+        return None
+    if type(k) is not int or k < 1 or scores not in SCORE_KINDS:
+        return None
+    x = one_query(queries, q.dim_)
+    if x is None:
+        return None
+    codes, vectors = index._parts()
+    if codes is None or len(codes) == 0:
+        return None
+    if rerank:
+        vectors = float_rows(vectors)
+        if vectors is None or not index.store_vectors:
+            return None
+    state = _flat_state(q, codes)
+    if state is False:
+        return None
+    sim = q.similarity_
+    Qp = prepared_query(x, sim)
+    if Qp is None:
+        return None
+    centroid, width, docs, default = state
+    oversample = default if oversample is None else check_oversample(oversample, default)
+    n = docs[4]
+    k = min(k, n)  # results have min(k, ntotal) columns, as the batch path's ``cap_k``
+    depth = candidate_count(k, oversample, n) if rerank else min(k, n)
+    Qt = Qp if q.transform_ is None else q.transform_rows(Qp)
+    is_l2 = docs[7]
+    keys, rows = KO.flat_lut_one(
+        Qt, centroid, q.encoding_.query_bits, q.iters, q.lam, is_l2, width, *docs, _mask(index),
+        depth,
+    )  # fmt: skip
+    out, rows = rerank_finish(Qp, vectors, keys, rows, k, sim, rerank, scores)
+    return out, index._ids.of_rows(rows)

@@ -1,0 +1,269 @@
+"""The single-query path (issue 14): one query per call gives the batch path's results.
+
+Kernels of ``bbqlib._kernels.single`` against the NumPy references of
+``tests/reference/single.py`` on random and adversarial inputs; then ``FlatIndex`` and
+``IVFIndex`` searches of one query (``[d]`` or ``[1, d]``) against the same queries in a
+batch, bit for bit, over similarities, widths, rerank and score kinds, ties, ``k`` beyond the
+index, and the cases the fast path leaves to the batch path.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from reference.single import (
+    best_k_reference,
+    flat_one_reference,
+    ivf_one_reference,
+    plan_one_reference,
+    prepare_reference,
+)
+
+import bbqlib
+from bbqlib._kernels import single as KO
+from bbqlib._validation import row_sq_norms
+from bbqlib.encoding import padded_dim
+from bbqlib.index.single import lut_osq
+from bbqlib.packing import unpack_planes
+
+SIMILARITIES = ["euclidean", "cosine", "dot_product", "max_inner_product"]
+
+
+def _data(similarity, make_vectors, n=600, d=40, seed=0):
+    kind = {"dot_product": "unit", "max_inner_product": "wide", "euclidean": "wide"}
+    X = make_vectors(n + 20, d, kind=kind.get(similarity, "gaussian"), seed=seed)
+    return X[:n], X[n:]
+
+
+# ----------------------------------------------------------------------------- kernels
+@pytest.mark.parametrize("cosine", [False, True])
+def test_prepare_one_matches_reference(cosine, rng):
+    rows = [
+        rng.normal(size=70).astype(np.float32),
+        np.zeros(33, np.float32),
+        np.full(16, 3e38, np.float32),  # squares beyond float32, not float64
+        np.array([1e-42, -1e-42, 0.0], np.float32),  # subnormals
+        np.array([1.0, np.nan, 2.0], np.float32),
+        np.array([np.inf, 0.0], np.float32),
+    ]
+    for x in rows:
+        out = np.zeros_like(x)
+        sq = KO.prepare_one(x, cosine, out)
+        ref_sq, ref_out = prepare_reference(x, cosine)
+        if np.isfinite(ref_sq):
+            np.testing.assert_allclose(sq, ref_sq, rtol=1e-13)
+            assert sq == row_sq_norms(x[None, :])[0]  # the batch check's arithmetic
+        else:
+            assert not np.isfinite(sq)
+        if cosine and np.isfinite(sq) and sq > 0:
+            np.testing.assert_allclose(out, ref_out, rtol=2e-7)
+            norm = np.sqrt(row_sq_norms(x[None, :]))
+            np.testing.assert_array_equal(out, (x / norm).astype(np.float32))
+
+
+@pytest.mark.parametrize("is_distance", [False, True])
+def test_best_k_matches_reference(is_distance, rng):
+    for m, k in [(30, 10), (5, 10), (12, 12), (1, 3), (0, 4)]:
+        raw = rng.integers(0, 4, size=m).astype(np.float64)  # many ties
+        cand = rng.permutation(1000)[:m].astype(np.int64)
+        cand[rng.random(m) < 0.2] = -1
+        for pad in (np.inf, -np.inf):
+            got_raw, got_rows = KO.best_k(raw, cand, is_distance, k, pad)
+            ref_raw, ref_rows = best_k_reference(raw, cand, is_distance, k, pad)
+            np.testing.assert_array_equal(got_rows[0], ref_rows)
+            np.testing.assert_array_equal(got_raw[0], ref_raw)
+
+
+def _flat_inputs(index):
+    q = index.quantizer
+    d = q._cached_doc_codes(index.codes)
+    blocks, cols = d.lut_layout()
+    return q, d, blocks, cols
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4])
+@pytest.mark.parametrize("similarity", ["euclidean", "max_inner_product"])
+def test_flat_lut_one_matches_reference(bits, similarity, make_vectors, rng):
+    X, Q = _data(similarity, make_vectors, n=150, d=70, seed=bits)
+    X[10:20] = X[0]  # ties
+    index = bbqlib.FlatIndex(bits=bits, similarity=similarity)
+    index.add(X)
+    q, d, blocks, cols = _flat_inputs(index)
+    assert lut_osq(q)
+    doc_codes = d.unpacked(0, len(d))
+    is_l2 = similarity == "euclidean"
+    for i, k in [(0, 10), (1, 150), (2, 200)]:
+        allowed = None if i != 1 else (rng.random(len(d)) < 0.5)
+        mask = np.empty(0, np.uint8) if allowed is None else allowed.astype(np.uint8)
+        x = Q[i][None, :]
+        keys, rows = KO.flat_lut_one(
+            x, q.centroid_, q.encoding_.query_bits, q.iters, q.lam, is_l2, padded_dim(70),
+            blocks, cols, d.planes, d.words * 8, len(d), d.dim, d.centroid_dot, d.is_l2, mask, k,
+        )  # fmt: skip
+        ref_k, ref_i = flat_one_reference(
+            x[0], q.centroid_, q.encoding_.query_bits, q.iters, q.lam, is_l2, doc_codes,
+            d.factors, d.dim, d.centroid_dot, d.is_l2, allowed, k,
+        )  # fmt: skip
+        np.testing.assert_array_equal(rows, ref_i)
+        np.testing.assert_array_equal(keys, ref_k)
+
+
+def _ivf(similarity, make_vectors, n=900, d=24, seed=0, **kw):
+    X, Q = _data(similarity, make_vectors, n=n, d=d, seed=seed)
+    index = bbqlib.IVFIndex(bits=kw.pop("bits", 1), similarity=similarity, cluster_size=64, **kw)
+    index.add(X)
+    return index, X, Q
+
+
+@pytest.mark.parametrize("similarity", ["euclidean", "cosine", "max_inner_product"])
+def test_ivf_kernels_match_reference(similarity, make_vectors):
+    index, _, Q = _ivf(similarity, make_vectors, seed=3)
+    q = index.quantizer
+    table = index._table
+    assert not table.has_parents and lut_osq(q)
+    is_l2 = similarity == "euclidean"
+    by_distance = similarity != "max_inner_product"
+    sizes = index._postings.sizes
+    post = index._postings
+    blocks, block_starts = post.lut_layout()
+    dim = q.dim_
+    doc_codes = unpack_planes(np.asarray(post.codes), q.encoding_.doc_planes, dim)
+    for i, need in [(0, 100.0), (1, 400.0), (2, 1e9)]:
+        x = q.transform_rows(q._validated(Q[i], "q", allow_1d=True))
+        lists = KO.ivf_plan_one(
+            x, table.g, table.gg, table.codes, table.factors, table.cc, sizes, 7, 5, 0.1, is_l2,
+            by_distance or is_l2, need,
+        )  # fmt: skip
+        ref = plan_one_reference(
+            x[0], table.g, table.gg, table.codes, table.factors, table.cc, sizes, is_l2,
+            by_distance, need,
+        )  # fmt: skip
+        assert lists.tolist() == ref
+        depth = 15
+        keys, rows, entries = KO.ivf_lut_one(
+            x, index._C, lists, q.encoding_.query_bits, q.lam, is_l2, padded_dim(dim),
+            post.start, block_starts, blocks, post.factors, post.ids, index._list_cc,
+            q.encoding_.doc_planes, padded_dim(dim) // 8, dim, np.empty(0, np.uint8),
+            2 * depth, depth,
+        )  # fmt: skip
+        assert entries == int(sizes[lists].sum())
+        ref_k, ref_i = ivf_one_reference(
+            x[0], index._C, lists, q.encoding_.query_bits, q.lam, is_l2, post.start,
+            doc_codes, post.factors, post.ids, index._list_cc, dim, depth,
+        )  # fmt: skip
+        # the kernel keeps a heap of 2 * depth entries (SOAR copies) before de-duplicating
+        valid = ref_i >= 0
+        np.testing.assert_array_equal(rows[: valid.sum()], ref_i[valid])
+        np.testing.assert_array_equal(keys[: valid.sum()], ref_k[valid])
+
+
+# ----------------------------------------------------------------------------- indexes
+def _same(one, batch_row):
+    np.testing.assert_array_equal(one[1][0], batch_row[1])
+    np.testing.assert_array_equal(one[0][0], batch_row[0])
+
+
+@pytest.mark.parametrize("similarity", SIMILARITIES)
+@pytest.mark.parametrize("bits", [1, 4])
+def test_flat_single_query_equals_batch(similarity, bits, make_vectors):
+    X, Q = _data(similarity, make_vectors, n=500, d=40, seed=bits)
+    X[100:110] = X[5]  # exact ties
+    Q[3] = X[5]
+    index = bbqlib.FlatIndex(bits=bits, similarity=similarity)
+    index.add(X, ids=np.arange(len(X)) * 3 + 7)
+    for kwargs in [{}, {"rerank": False}, {"scores": "similarity"}, {"oversample": 5}]:
+        for k in (1, 10):
+            batch = index.search(Q, k, **kwargs)
+            for i in range(len(Q)):
+                one = index.search(Q[i], k, **kwargs)
+                _same(one, (batch[0][i], batch[1][i]))
+                _same(index.search(Q[i : i + 1], k, **kwargs), (batch[0][i], batch[1][i]))
+
+
+@pytest.mark.parametrize("similarity", SIMILARITIES)
+def test_ivf_single_query_equals_batch(similarity, make_vectors):
+    index, X, Q = _ivf(similarity, make_vectors, n=1200, d=32, seed=5)
+    for kwargs in [{}, {"visit_percentage": 3}, {"visit_percentage": 100, "rerank": False},
+                   {"scores": "similarity", "oversample": 2}]:  # fmt: skip
+        batch = index.search(Q, 10, **kwargs)
+        for i in range(len(Q)):
+            one = index.search(Q[i], 10, **kwargs)
+            stats = index.last_search_stats
+            _same(one, (batch[0][i], batch[1][i]))
+            index.search(Q[i : i + 1].astype(np.float64), 10, **kwargs)  # the batch path
+            assert index.last_search_stats == stats
+
+
+def test_ivf_single_query_from_files_and_after_changes(make_vectors, tmp_path):
+    index, X, Q = _ivf("cosine", make_vectors, n=900, d=24, seed=8, bits=2)
+    index.save(tmp_path / "ivf")
+    opened = bbqlib.IVFIndex.open(tmp_path / "ivf")
+    batch = opened.search(Q, 5)
+    for i in range(len(Q)):
+        _same(opened.search(Q[i], 5), (batch[0][i], batch[1][i]))
+    opened.add(make_vectors(200, 24, seed=9))  # a second vector segment: the batch path
+    opened.delete([3, 4])
+    batch = opened.search(Q, 5)
+    for i in range(len(Q)):
+        _same(opened.search(Q[i], 5), (batch[0][i], batch[1][i]))
+
+
+def test_single_query_fallbacks_and_errors(make_vectors):
+    X, Q = _data("cosine", make_vectors, n=300, d=16)
+    flat = bbqlib.FlatIndex(bits=1, similarity="cosine")
+    flat.add(X)
+    flat.delete([0, 1])
+    batch = flat.search(Q, 5)
+    for q in (Q[0], Q[0].astype(np.float64), Q[0].tolist(), Q[:, :][0:1], np.asfortranarray(Q[:1])):
+        _same(flat.search(q, 5), (batch[0][0], batch[1][0]))
+    allowed = np.arange(2, 50)
+    got, want = flat.search(Q[0], 5, filter=allowed), flat.search(Q[:1], 5, filter=allowed)
+    _same(got, (want[0][0], want[1][0]))
+    with pytest.raises(ValueError, match="zero vector"):
+        flat.search(np.zeros(16, np.float32), 5)
+    with pytest.raises(ValueError, match="NaN"):
+        flat.search(np.full(16, np.nan, np.float32), 5)
+    with pytest.raises(ValueError, match="dimension"):
+        flat.search(np.ones(15, np.float32), 5)
+    with pytest.raises(ValueError):
+        flat.search(Q[0], 0)
+    unit = bbqlib.FlatIndex(bits=1, similarity="dot_product")
+    unit.add(X / np.linalg.norm(X, axis=1, keepdims=True))
+    with pytest.raises(ValueError, match="unit-length"):
+        unit.search(Q[0] * 2, 5)
+    q = Q[0].copy()
+    flat.search(q, 5)
+    np.testing.assert_array_equal(q, Q[0])  # the caller's array is not written
+
+
+def test_single_queries_from_two_threads(make_vectors):
+    index, X, Q = _ivf("euclidean", make_vectors, n=900, d=24, seed=11)
+    Q = np.concatenate([Q] * 5)
+    batch = index.search(Q, 10)
+    got = [None] * len(Q)
+
+    def run(part):
+        for i in part:
+            got[i] = index.search(Q[i], 10)
+
+    threads = [threading.Thread(target=run, args=(range(t, len(Q), 2),)) for t in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(len(Q)):
+        _same(got[i], (batch[0][i], batch[1][i]))
+
+
+def test_ivf_with_parent_centroids(make_vectors):
+    """More than 256 lists: parent centroids, planned by ``plan_batch`` (the batch planner)."""
+    X = make_vectors(20_000, 8, kind="clustered", seed=13)
+    index = bbqlib.IVFIndex(bits=1, similarity="euclidean", cluster_size=64)
+    index.add(X)
+    assert index._table.has_parents
+    Q = X[:20] + 0.01
+    batch = index.search(Q, 10)
+    for i in range(len(Q)):
+        _same(index.search(Q[i], 10), (batch[0][i], batch[1][i]))
