@@ -192,7 +192,9 @@ class _BaseANN:
         self._build(X[:WARM_UP_ROWS])
         self._warm_up_queries(X)
         self.index = None
-        self.warm_up_kb = process_memory_kb() - rss
+        # The resident set may also shrink meanwhile (the allocator returning freed pages):
+        # a negative growth means the warm-up cost nothing measurable.
+        self.warm_up_kb = max(0.0, process_memory_kb() - rss)
         self._build(X)
         self._warm_up_queries(X)
         if self._caller_threads is None:
