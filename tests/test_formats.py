@@ -37,7 +37,7 @@ def _cases():
             yield pytest.param(tag_dir.name, name, id=f"{tag_dir.name}-{name}")
 
 
-@pytest.mark.parametrize(("tag", "name"), _cases())
+@pytest.mark.parametrize(("tag", "name"), list(_cases()))
 def test_old_files_open_and_serve_the_recorded_results(tag, name, tmp_path):
     ivf = tag.startswith("ivf")
     src = FIXTURES / tag / (name if ivf else f"{name}.bbq")
