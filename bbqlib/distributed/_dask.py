@@ -53,10 +53,15 @@ def resolve_client(client):
 
 
 def broadcast(client, obj):
-    """``obj`` shipped to every worker once (a future), or ``obj`` itself without a client."""
+    """``obj`` as a future on the cluster (copied to each worker that needs it, once), or
+    ``obj`` itself without a client.
+
+    Not ``scatter(broadcast=True)``: that waits for every worker the scheduler lists, and it
+    hung the build when a worker had just died and its nanny was starting a new one.
+    """
     if client is None:
         return obj
-    return client.scatter(obj, broadcast=True, hash=False)
+    return client.scatter(obj, hash=False)
 
 
 class _NoBar:
