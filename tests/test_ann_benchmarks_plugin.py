@@ -11,6 +11,9 @@ import sys
 import numba
 import numpy as np
 import pytest
+from toy_data import clustered as _clustered
+from toy_data import recall as _recall
+from toy_data import truth as _truth
 
 from bbqlib.adapters import ann_benchmarks as wrappers
 from bbqlib.adapters import ann_benchmarks_plugin as plugin
@@ -23,30 +26,6 @@ from bbqlib.adapters.ann_benchmarks import (
     process_memory_kb,
     similarity_for_metric,
 )
-from bbqlib.similarity import Similarity, exact_raw
-
-
-def _clustered(n, d, seed=0, nq=20):
-    """Vectors near a 6-dimensional subspace (like embeddings: low intrinsic dimension)."""
-    g = np.random.default_rng(seed)
-    basis = g.normal(size=(6, d))
-    Z = g.normal(size=(n + nq, 6)) @ basis + 0.3 + 0.1 * g.normal(size=(n + nq, d))
-    Z = Z.astype(np.float32)
-    return Z[:n], Z[n:]
-
-
-def _truth(X, Q, sim, k):
-    s = Similarity(sim)
-    if s is Similarity.COSINE:
-        X = X / np.linalg.norm(X, axis=1, keepdims=True)
-        Q = Q / np.linalg.norm(Q, axis=1, keepdims=True)
-    raw = exact_raw(s, Q, X)
-    key = -raw if s.is_distance else raw
-    return np.argsort(-key, axis=1, kind="stable")[:, :k]
-
-
-def _recall(ids, truth):
-    return np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(ids, truth, strict=True)])
 
 
 def _needs(name):

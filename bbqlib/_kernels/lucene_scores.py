@@ -17,41 +17,12 @@ from .osq_lucene import (
     _serial,
 )
 from .policy import prange
-from .popcount import popcount64
+from .scoring import byte_dot, plane_dot_q4
 
 __all__ = ["lucene_scores_planes", "lucene_scores_bytes", "lucene_topk_planes", "lucene_topk_bytes"]
 
 
 # ------------------------------------------------------------------------------ scorer
-@_inline
-def _plane_dot(q, d, dp, words):
-    """``<X, Y>`` of a 4-plane query and a ``dp``-plane doc (uint64 words), exact."""
-    acc = 0
-    for t in range(dp):
-        base = t * words
-        c0 = 0
-        c1 = 0
-        c2 = 0
-        c3 = 0
-        for w in range(words):
-            x = d[base + w]
-            c0 += popcount64(q[w] & x)
-            c1 += popcount64(q[words + w] & x)
-            c2 += popcount64(q[2 * words + w] & x)
-            c3 += popcount64(q[3 * words + w] & x)
-        acc += (c0 + (c1 << 1) + (c2 << 2) + (c3 << 3)) << t
-    return acc
-
-
-@_inline
-def _byte_dot(q, d):
-    """``<X, Y>`` of two uint8 code rows, exact (int64)."""
-    acc = 0
-    for i in range(d.shape[0]):
-        acc += np.int64(q[i]) * np.int64(d[i])
-    return acc
-
-
 @_inline
 def _raw(dot, qf, df, fdim, cdp, sim):
     """``quantizedScore`` up to the mapping: squared distance or inner product (float32).
@@ -86,14 +57,14 @@ def _finish(raw, sim):
 @_serial
 def _scores_row_planes(q, qf, dw, df, dp, words, fdim, cdp, sim, mapped, out):
     for j in range(dw.shape[0]):
-        raw = _raw(_plane_dot(q, dw[j], dp, words), qf, df[j], fdim, cdp, sim)
+        raw = _raw(plane_dot_q4(q, dw[j], dp, words), qf, df[j], fdim, cdp, sim)
         out[j] = _finish(raw, sim) if mapped else raw
 
 
 @_serial
 def _scores_row_bytes(q, qf, db, df, fdim, cdp, sim, mapped, out):
     for j in range(db.shape[0]):
-        raw = _raw(_byte_dot(q, db[j]), qf, df[j], fdim, cdp, sim)
+        raw = _raw(byte_dot(q, db[j]), qf, df[j], fdim, cdp, sim)
         out[j] = _finish(raw, sim) if mapped else raw
 
 
@@ -179,7 +150,7 @@ def _topk_row_planes(q, qf, dw, df, dp, words, fdim, cdp, sim, allowed, out_s, o
     for j in range(dw.shape[0]):
         if use_mask and allowed[j] == 0:
             continue
-        raw = _raw(_plane_dot(q, dw[j], dp, words), qf, df[j], fdim, cdp, sim)
+        raw = _raw(plane_dot_q4(q, dw[j], dp, words), qf, df[j], fdim, cdp, sim)
         _offer(scores, ids, raws, _finish(raw, sim), np.int64(j), raw)
     _drain(scores, ids, raws, out_s, out_i, out_r)
 
@@ -194,7 +165,7 @@ def _topk_row_bytes(q, qf, db, df, fdim, cdp, sim, allowed, out_s, out_i, out_r)
     for j in range(db.shape[0]):
         if use_mask and allowed[j] == 0:
             continue
-        raw = _raw(_byte_dot(q, db[j]), qf, df[j], fdim, cdp, sim)
+        raw = _raw(byte_dot(q, db[j]), qf, df[j], fdim, cdp, sim)
         _offer(scores, ids, raws, _finish(raw, sim), np.int64(j), raw)
     _drain(scores, ids, raws, out_s, out_i, out_r)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .policy import kernel, parallel_kernel, prange
+from .scoring import _offer
 
 __all__ = [
     "plan_dp",
@@ -275,32 +276,6 @@ def estimate_rows(
                 low_off,
                 is_l2,
             )
-
-
-@kernel(inline="always")
-def _offer(keys, ids, key, idx):
-    """Offer (key, idx) to a bounded min-heap whose root is the worst kept entry."""
-    if key < keys[0] or (key == keys[0] and idx > ids[0]):
-        return
-    k = keys.shape[0]
-    pos = 0
-    while True:
-        child = 2 * pos + 1
-        if child >= k:
-            break
-        right = child + 1
-        if right < k and (
-            keys[right] < keys[child] or (keys[right] == keys[child] and ids[right] > ids[child])
-        ):
-            child = right
-        if keys[child] < key or (keys[child] == key and ids[child] > idx):
-            keys[pos] = keys[child]
-            ids[pos] = ids[child]
-            pos = child
-        else:
-            break
-    keys[pos] = key
-    ids[pos] = idx
 
 
 @parallel_kernel
