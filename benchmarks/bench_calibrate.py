@@ -410,8 +410,11 @@ def main() -> int:
     p.add_argument("--indexes", nargs="+", default=["flat", "ivf"])
     p.add_argument("--datasets", nargs="+", default=["spacy-wordvec-300", "debian-minilm-384"])
     p.add_argument("--n", type=int, default=1_000_000)
-    p.add_argument("--no-wall", action="store_true",
-                   help="shared: skip the timed calibration, run only the splits and grids")
+    p.add_argument(
+        "--no-wall",
+        action="store_true",
+        help="shared: skip the timed calibration, run only the splits and grids",
+    )
     p.add_argument("--cap-mb", type=int, default=4096)
     p.add_argument("--kind", default="ivf")
     p.add_argument("--index")
