@@ -6,6 +6,7 @@ Parts (each writes ``<workdir>/calibrate-<part>.json``; ``render`` turns them in
 ``benchmarks/results/calibrate.md``)::
 
     python benchmarks/bench_calibrate.py shared     # both shared sets, flat and IVF
+    python benchmarks/bench_calibrate.py grid       # smart walk vs exhaustive grid, timed
     python benchmarks/bench_calibrate.py stores     # recall of float32 / float16 / int8 rerank
     python benchmarks/bench_calibrate.py synthetic  # 1M x 384 clustered, IVF
     python benchmarks/bench_calibrate.py sizing     # 1M: sizing vs disk and cgroup RSS (root)
@@ -166,6 +167,38 @@ def part_shared(args) -> None:
             run_splits(ds.base, ds.queries, gt_ids, gt_scores, ds.similarity, kind,
                        splits=args.splits, grid_splits=grid_splits, log=log,
                        progress=progress)  # fmt: skip
+
+
+def part_grid(args) -> None:
+    """Smart walk against the exhaustive grid on the same 200 queries (split 0's), timed.
+
+    Each search runs on a fresh :class:`Calibrator` (nothing shared: the grid's time is what
+    a user would wait), ground truth from the data set's files for both.
+    """
+    out = _load(args.workdir, "grid") or {}
+    for name in args.datasets:
+        ds = _common.load_dataset(name, n_queries=None)
+        gt_ids, gt_scores = ds.gt_ids.astype(np.int64), ds.gt_scores
+        c_q = np.random.default_rng(0).permutation(len(ds.queries))[:CAL_QUERIES]
+        gt = (gt_ids[c_q], gt_scores[c_q])
+        for kind in args.indexes:
+            key = f"{name} {kind}"
+            row = {"n": ds.n, "d": ds.d}
+            for search in ("smart", "grid"):
+                cal = Calibrator(ds.base, similarity=ds.similarity, index=kind, progress=False)
+                load0 = uptime()
+                t0, c0 = time.perf_counter(), time.process_time()
+                rep = cal.run(ds.queries[c_q], k=K, target_recall=TARGET, search=search,
+                              ground_truth=gt)  # fmt: skip
+                row[search] = {"seconds": time.perf_counter() - t0,
+                               "cpu_seconds": time.process_time() - c0,
+                               "load_before": load0, "load_after": uptime(),
+                               "candidates": len(rep.candidates),
+                               **_summary(rep.chosen)}  # fmt: skip
+                print(f"[{key}] {search}: {row[search]}", flush=True)
+                del cal, rep
+            out[key] = row
+            _dump(args.workdir, "grid", out)
 
 
 def part_stores(args) -> None:
@@ -401,8 +434,8 @@ def render(args) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("part", choices=("shared", "stores", "synthetic", "sizing", "render",
-                                    "serve"))  # fmt: skip
+    p.add_argument("part", choices=("shared", "grid", "stores", "synthetic", "sizing",
+                                    "render", "serve"))  # fmt: skip
     p.add_argument("--workdir", type=Path, default=Path("/tmp/bbqlib-calibrate"))
     p.add_argument("--splits", type=int, default=SPLITS)
     p.add_argument("--grid-splits", type=int, default=3)
@@ -421,8 +454,9 @@ def main() -> int:
     p.add_argument("--warm")
     p.add_argument("--queries")
     args = p.parse_args()
-    parts = {"shared": part_shared, "stores": part_stores, "synthetic": part_synthetic,
-             "sizing": part_sizing, "render": render, "serve": serve}  # fmt: skip
+    parts = {"shared": part_shared, "grid": part_grid, "stores": part_stores,
+             "synthetic": part_synthetic, "sizing": part_sizing, "render": render,
+             "serve": serve}  # fmt: skip
     return parts[args.part](args) or 0
 
 
