@@ -347,6 +347,27 @@ def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).iterdir() if f.is_file())
 
 
+def _small_scale(base, queries, chosen, fields, n_small: int):
+    """The chosen IVF configuration built on a seeded ``n_small`` subsample and measured
+    there (list shape, build time, single-thread latency): what ``sizing`` scales from."""
+    from bbqlib.calibration import Configuration
+    from bbqlib.calibration.measure import timed_search
+
+    rows = np.sort(np.random.default_rng(0).choice(base.shape[0], n_small, replace=False))
+    sub = np.asarray(base[rows])
+    t0 = time.perf_counter()
+    index = chosen.build()
+    index.add(sub)
+    build = time.perf_counter() - t0
+    index.search(queries[:2], K)
+    _, seconds = timed_search(index, queries[:CAL_QUERIES], K)
+    epv = len(index._postings) / n_small
+    vpl = n_small / index.n_lists
+    return Configuration(**{**fields, "n_measured": n_small, "entries_per_vector": epv,
+                            "vectors_per_list": vpl, "build_seconds": build,
+                            "latency_ms": 1000.0 * seconds / CAL_QUERIES})  # fmt: skip
+
+
 def part_sizing(args) -> None:
     """Build the 1M calibrated configuration (IVF on disk, and its flat twin) and measure."""
     base, queries, gt_ids, gt_scores = _synthetic(args)
@@ -364,6 +385,13 @@ def part_sizing(args) -> None:
     np.save(qpath, queries[200:700])
     out = {"config": chosen.label(), "rows": []}
     import shutil
+
+    scaled = _small_scale(base, queries, chosen, fields, args.small)
+    out["small"] = {"n": args.small, "entries_per_vector": scaled.entries_per_vector,
+                    "vectors_per_list": scaled.vectors_per_list,
+                    "build_seconds": scaled.build_seconds,
+                    "latency_ms": scaled.latency_ms}  # fmt: skip
+    print("small-scale run:", out["small"], flush=True)
 
     for kind in ("ivf", "flat"):
         c = chosen if kind == "ivf" else Configuration(**{**fields, "index": "flat",
@@ -391,9 +419,14 @@ def part_sizing(args) -> None:
         build = time.perf_counter() - t0
         del index, small
         size = bbqlib.sizing(base.shape[0], base.shape[1], c)
+        c_small = scaled if kind == "ivf" else Configuration(**{  # bytes only (no flat timing)
+            **scaled.__dict__, "index": "flat", "visit_percentage": None, "latency_ms": None,
+            "build_seconds": None, "entries_per_vector": None,
+            "vectors_per_list": None})  # fmt: skip
+        size_small = bbqlib.sizing(base.shape[0], base.shape[1], c_small)
         m = _measure_serving(kind, path, warm, qpath, args.cap_mb)
         row = {"index": kind, "build_seconds": build, "disk": disk, "sizing": size.__dict__,
-               "serving": m, "load": uptime()}  # fmt: skip
+               "sizing_small": size_small.__dict__, "serving": m, "load": uptime()}  # fmt: skip
         print(json.dumps(row, default=str)[:2000], flush=True)
         out["rows"].append(row)
         _dump(wd, "sizing", out)
@@ -449,6 +482,7 @@ def main() -> int:
         help="shared: skip the timed calibration, run only the splits and grids",
     )
     p.add_argument("--cap-mb", type=int, default=4096)
+    p.add_argument("--small", type=int, default=100_000, help="sizing: small-scale n")
     p.add_argument("--kind", default="ivf")
     p.add_argument("--index")
     p.add_argument("--warm")
