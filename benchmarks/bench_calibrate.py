@@ -183,8 +183,8 @@ def part_grid(args) -> None:
         gt = (gt_ids[c_q], gt_scores[c_q])
         for kind in args.indexes:
             key = f"{name} {kind}"
-            row = {"n": ds.n, "d": ds.d}
-            for search in ("smart", "grid"):
+            row = {"n": ds.n, "d": ds.d, **out.get(key, {})}
+            for search in args.searches:
                 cal = Calibrator(ds.base, similarity=ds.similarity, index=kind, progress=False)
                 load0 = uptime()
                 t0, c0 = time.perf_counter(), time.process_time()
@@ -440,26 +440,46 @@ def _logger(prefix: str):
     return log
 
 
+def _merge_shared(found: list[dict]) -> dict:
+    """One entry per data set and index from several runs: the timed call's fields from the
+    newest run that has them, the splits of the run with the most splits."""
+    out: dict = {}
+    for part in found:
+        for key, r in part.items():
+            cur = out.setdefault(key, {"splits": []})
+            if "wall_seconds" in r:
+                cur.update({k: v for k, v in r.items() if k != "splits"})
+            else:
+                cur.update({k: v for k, v in r.items() if k not in ("splits",) and k not in cur})
+            if len(r.get("splits", [])) >= len(cur["splits"]):
+                cur["splits"] = r.get("splits", [])
+    return out
+
+
 def render(args) -> None:
     from render_calibrate import NOTES, render_markdown
 
-    parts = {p: _load(args.workdir, p) for p in ("shared", "stores", "synthetic", "sizing")}
+    parts = {p: _load(args.workdir, p) for p in ("stores", "synthetic", "sizing", "grid")}
+    found = [_load(args.workdir, "shared") or {}]
     for sub in sorted(p for p in args.workdir.iterdir() if p.is_dir()):
-        more = _load(sub, "shared")  # parts run in their own workdirs (--datasets)
-        if more:
-            parts["shared"] = {**(parts["shared"] or {}), **more}
+        found.append(_load(sub, "shared") or {})  # parts run in their own workdirs
+    for extra in args.shared_json or ():
+        found.insert(0, json.loads(Path(extra).read_text()))  # earlier runs first
+    parts["shared"] = _merge_shared(found)
     tables, notes = render_markdown(parts, TARGET, SLACK)
     _common.write_result(
         HERE / "results" / "calibrate.md",
         "Calibration: the cheapest configuration meeting recall@10 >= 0.95, measured",
-        "python benchmarks/bench_calibrate.py stores --workdir /work/tmp/calib\n"
-        "python benchmarks/bench_calibrate.py synthetic --splits 0 --workdir /work/tmp/calib\n"
-        "python benchmarks/bench_calibrate.py shared --datasets spacy-wordvec-300 --grid-splits 1 "
-        "--workdir /work/tmp/calib/spacy\n"
-        "python benchmarks/bench_calibrate.py shared --datasets debian-minilm-384 --grid-splits 1 "
-        "--grid-splits-ivf-minilm 1 --workdir /work/tmp/calib/debian\n"
-        "python benchmarks/bench_calibrate.py sizing --workdir /work/tmp/calib   # root: cgroup\n"
-        "python benchmarks/bench_calibrate.py render --workdir /work/tmp/calib",
+        "python benchmarks/bench_calibrate.py stores --workdir W\n"
+        "python benchmarks/bench_calibrate.py shared --datasets spacy-wordvec-300 --grid-splits 0 "
+        "--workdir W/spacy   # and --indexes ivf, --workdir W/spacy_ivf\n"
+        "python benchmarks/bench_calibrate.py shared --datasets debian-minilm-384 --indexes flat "
+        "--no-wall --grid-splits 0 --workdir W/debian\n"
+        "flock /work/notes/bench.lock python benchmarks/bench_calibrate.py synthetic --splits 0 "
+        "--workdir W\n"
+        "flock /work/notes/bench.lock python benchmarks/bench_calibrate.py grid --workdir W/grid\n"
+        "python benchmarks/bench_calibrate.py sizing --workdir W   # root: cgroup v1\n"
+        "python benchmarks/bench_calibrate.py render --workdir W [--shared-json earlier.json ...]",
         tables,
         [*NOTES, *notes],
     )
@@ -482,6 +502,9 @@ def main() -> int:
         help="shared: skip the timed calibration, run only the splits and grids",
     )
     p.add_argument("--cap-mb", type=int, default=4096)
+    p.add_argument("--searches", nargs="+", default=["smart", "grid"],
+                   help="grid: which searches (full-grid: every bytes group)")
+    p.add_argument("--shared-json", nargs="*", help="render: earlier shared results")
     p.add_argument("--small", type=int, default=100_000, help="sizing: small-scale n")
     p.add_argument("--kind", default="ivf")
     p.add_argument("--index")
