@@ -1,9 +1,10 @@
 """``IVFIndex.search`` of one query in three compiled calls (plan, list scan, rerank).
 
 See :mod:`bbqlib.index.single`: the fast path answers one float32 query when the quantizer
-scans with the lookup-table kernels, nothing is filtered or deleted and the float vectors
-are one float32 segment; otherwise it returns None and the batch path runs. The results and
-``last_search_stats`` are the batch path's.
+scans with the lookup-table kernels, nothing is filtered or deleted and the stored vectors
+are one segment (float16 and int8 rows are decoded for the candidates only, as the batch
+path's rerank decodes them); otherwise it returns None and the batch path runs. The results
+and ``last_search_stats`` are the batch path's.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from ..._kernels import single as KO
 from ...encoding import padded_dim
 from ...quantizers.osq import DEFAULT_ITERS, DEFAULT_LAMBDA
 from ...scoring import SCORE_KINDS, candidate_count, check_oversample
+from ...scoring.stored import stored_rows
 from ...similarity import Similarity
 from ..single import float_rows, lut_osq, one_query, prepared_query, rerank_finish
 from . import files as F
@@ -123,7 +125,7 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
     if x is None:
         return None
     state = _state(index)
-    if state is False or (rerank and state["vectors"] is None):
+    if state is False:
         return None
     sim = q.similarity_
     Qp = prepared_query(x, sim)
@@ -165,5 +167,23 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
     }
     if rerank and state["segment"].blocks is not None:  # block CRC32s at their first read
         state["segment"].check_rows(rows[rows >= 0])
-    out, rows = rerank_finish(Qp, state["vectors"], keys, rows, k, sim, rerank, scores)
+    if rerank and state["vectors"] is None:  # float16 / int8 rows
+        out, rows = _rerank_decoded(Qp, state["segment"].array, keys, rows, k, sim, scores)
+    else:
+        out, rows = rerank_finish(Qp, state["vectors"], keys, rows, k, sim, rerank, scores)
     return out, index._row_ids.of_rows(rows)
+
+
+def _rerank_decoded(Qp, stored, keys, rows, k, sim, scores):
+    """:func:`rerank_finish` over the candidates' stored rows decoded as float32 (float16,
+    int8 records: :func:`bbqlib.scoring.stored.stored_rows`, the values the batch path's
+    rerank scores). The candidates are renumbered in ascending row order, so ties between
+    rows keep their order."""
+    valid = rows >= 0
+    uniq = np.unique(rows[valid])
+    local = np.full(rows.shape, -1, dtype=rows.dtype)
+    local[valid] = np.searchsorted(uniq, rows[valid])
+    out, found = rerank_finish(Qp, stored_rows(stored, uniq), keys, local, k, sim, True, scores)
+    if uniq.size == 0:
+        return out, found
+    return out, np.where(found >= 0, uniq[np.maximum(found, 0)], -1)
