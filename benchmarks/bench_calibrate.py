@@ -502,8 +502,12 @@ def main() -> int:
         help="shared: skip the timed calibration, run only the splits and grids",
     )
     p.add_argument("--cap-mb", type=int, default=4096)
-    p.add_argument("--searches", nargs="+", default=["smart", "grid"],
-                   help="grid: which searches (full-grid: every bytes group)")
+    p.add_argument(
+        "--searches",
+        nargs="+",
+        default=["smart", "grid"],
+        help="grid: which searches (full-grid: every bytes group)",
+    )
     p.add_argument("--shared-json", nargs="*", help="render: earlier shared results")
     p.add_argument("--small", type=int, default=100_000, help="sizing: small-scale n")
     p.add_argument("--kind", default="ivf")
