@@ -17,6 +17,7 @@ from .saq_encoding import (
     _check_int,
     saq_corrections_dtype,
 )
+from .saq_ivf import SAQPairs
 from .saq_plan import (
     PlanStats,
     SAQPlan,
@@ -47,7 +48,7 @@ _CHUNK = 8192
 
 
 @register_quantizer
-class SAQQuantizer(SAQScoring, Quantizer):
+class SAQQuantizer(SAQScoring, SAQPairs, Quantizer):
     """SAQ: PCA, segments with their own bit widths, CAQ codes; unbiased per coded segment.
 
     Parameters
