@@ -71,7 +71,10 @@ MAGIC = "bbqlib-ivf"
 #: each ``vector_segments`` entry, required from 5 on). Formats 1 to 4 still open and serve
 #: (ids = rows before 4; their segments are checked whole by ``verify()`` until a save
 #: writes them a format-5 header, which computes their block checksums).
-FORMAT_VERSION = 5
+#: 6 lets the postings' ``factors`` have the quantizer's width (``pair_factor_width``: 4 for
+#: the correction algebra's rows, ``1 + 2S`` for SAQ's records with the centre term folded
+#: in); every format-5 directory is a valid format-6 one.
+FORMAT_VERSION = 6
 #: The first format whose segment entries must carry block checksums.
 BLOCK_CRC_FORMAT = 5
 HEADER_KIND = "ivf_header"
