@@ -360,7 +360,8 @@ def test_ivf_single_query_takes_one_call(make_vectors, monkeypatch, tmp_path):
     for _ in range(2):
         for i in range(len(Q)):
             _same(opened.search(Q[i], 10), (batch[0][i], batch[1][i]))
-    assert 2 in calls  # lists checked between the steps at their first read
+    assert 2 in calls and 3 in calls  # lists, then rows, checked at their first read
+    assert calls.count(0) == 2 * len(Q)  # ... and the call repeated
     opened.verify()  # everything checked: one call per query from now on
     calls.clear()
     for i in range(len(Q)):

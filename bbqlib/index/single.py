@@ -62,9 +62,9 @@ def prepared_query(x: np.ndarray, similarity: Similarity) -> np.ndarray | None:
 def lut_osq(q) -> bool:
     """Whether quantizer ``q`` codes queries as :class:`BBQQuantizer` does (bbqlib's OSQ
     arithmetic) at a width the lookup-table scan serves."""
-    from ..quantizers import lucene_osq
-
-    if not isinstance(q, BBQQuantizer) or lucene_osq.is_lucene(q):
+    # ``arithmetic`` read here, not through ``lucene_osq.is_lucene``: importing that module
+    # costs ~10 ms of a fresh process's first query.
+    if not isinstance(q, BBQQuantizer) or getattr(q, "arithmetic", "float64") != "float64":
         return False
     cls = type(q)
     if cls._query_codes is not BBQQuantizer._query_codes:

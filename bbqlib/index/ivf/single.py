@@ -1,14 +1,16 @@
 """``IVFIndex.search`` of one query in one compiled call (prepare, plan, scan, rerank).
 
 See :mod:`bbqlib.index.single`: the fast path answers one float32 query when the quantizer
-scans with the lookup-table kernels, nothing is filtered or deleted and the float vectors
-are one float32 segment; otherwise it returns None and the batch path runs. The results and
-``last_search_stats`` are the batch path's.
+scans with the lookup-table kernels, nothing is filtered or deleted and the stored vectors
+are one segment; otherwise it returns None and the batch path runs. The results and
+``last_search_stats`` are the batch path's. Float16 and int8 rows (``store_vectors``) are
+decoded for the candidates only, after the scan, as the batch path's rerank decodes them.
 
 An index without a transform and without parent centroids answers in one call
 (:func:`bbqlib._kernels.single.ivf_search_fused`), which releases the GIL once per query;
-the others, and a query whose lists or rows have unchecked CRC32s (an index opened from
-files, until each block has been read once), take the steps one call at a time.
+the others (float16 / int8 rows included), and a query whose lists or rows have unchecked
+CRC32s (an index opened from files, until each block has been read once), take the steps
+one call at a time.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ..._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE
 from ...encoding import padded_dim
 from ...quantizers.osq import DEFAULT_ITERS, DEFAULT_LAMBDA
 from ...scoring import SCORE_KINDS, candidate_count, check_oversample
+from ...scoring.stored import stored_rows
 from ...similarity import Similarity
 from ..single import finish_scores, float_rows, lut_osq, one_query, prepared_query, rerank_finish
 from . import files as F
@@ -132,7 +135,7 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
     if x is None:
         return None
     state = _state(index)
-    if state is False or (rerank and state["vectors"] is None):
+    if state is False:
         return None
     enc = q.encoding_
     default = enc.default_oversample
@@ -150,7 +153,8 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
     need = max(2.0 * ratio * ntotal, heap)
     sim = q.similarity_
     pad = np.inf if sim.is_distance and scores == "raw" else -np.inf
-    if q.transform_ is None and not index._table.has_parents:
+    decoded = rerank and state["vectors"] is None  # float16 / int8 rows: not in the fused call
+    if q.transform_ is None and not index._table.has_parents and not decoded:
         return _fused(index, state, x, sim, k, pad, need, heap, depth, rerank, scores)
     Qp = prepared_query(x, sim)
     if Qp is None:
@@ -171,8 +175,10 @@ def _lists_ok(postings) -> np.ndarray:
 
 
 def _fused(index, state, x, sim, k, pad, need, heap, depth, rerank, scores):
-    """The steps in one compiled call; a step whose input has an unchecked CRC32 is finished
-    here one call at a time, after the check."""
+    """The steps in one compiled call. Where the call stops at a list or a block of rows
+    whose CRC32 is unchecked (an index opened from files, at its first read of them), the
+    check runs and the call is repeated: the same query, the same result, and no other
+    kernel to load at start-up."""
     q = index.quantizer
     enc = q.encoding_
     cosine = sim is Similarity.COSINE
@@ -182,20 +188,29 @@ def _fused(index, state, x, sim, k, pad, need, heap, depth, rerank, scores):
     if blocks is not None:
         rows_ok, block_rows = blocks._checked, blocks.block_rows
     vectors = state["vectors"] if state["vectors"] is not None else state["C"]  # one type
-    status, lists, keys, rows, entries, raw, out_rows = KO.ivf_search_fused(
-        x, cosine, sim is Similarity.DOT_PRODUCT, MAX_SQ_NORM, UNIT_NORM_TOLERANCE, qp,
-        *state["plan"], float(need), state["C"], enc.query_bits, q.lam, state["is_l2"],
-        state["width"], *state["docs"], heap, depth, _lists_ok(index._postings), vectors,
-        bool(rerank), k, pad, rows_ok, block_rows,
-    )  # fmt: skip
-    if status == 1:
-        return None  # the general path raises the error
-    Qp = qp.reshape(1, -1)
-    if status == 2:
+    postings = index._postings
+    lists_ok = _lists_ok(postings)
+    for _ in range(3):  # the lists checked, then the rows, then done
+        status, lists, keys, rows, entries, raw, out_rows = KO.ivf_search_fused(
+            x, cosine, sim is Similarity.DOT_PRODUCT, MAX_SQ_NORM, UNIT_NORM_TOLERANCE, qp,
+            *state["plan"], float(need), state["C"], enc.query_bits, q.lam, state["is_l2"],
+            state["width"], *state["docs"], heap, depth, lists_ok, vectors, bool(rerank), k,
+            pad, rows_ok, block_rows,
+        )  # fmt: skip
+        if status == 1:
+            return None  # the general path raises the error
+        if status == 2:
+            _check_lists(postings, lists, state)  # marks them in ``lists_ok``, or raises
+        elif status == 3:
+            state["segment"].check_rows(rows[rows >= 0])  # marks their blocks in ``rows_ok``
+        else:
+            break
+    else:  # a check that did not mark what it checked: never expected, kept safe
+        Qp = qp.reshape(1, -1)
         return _scan_finish(index, state, Qp, Qp, lists, k, heap, depth, rerank, scores)
     _set_stats(index, lists, entries, depth)
-    if status == 3 or not rerank:
-        return _finish(index, state, Qp, keys, rows, k, sim, rerank, scores)
+    if not rerank:
+        return _finish(index, state, qp.reshape(1, -1), keys, rows, k, sim, False, scores)
     return finish_scores(raw, out_rows, sim, pad, scores), index._row_ids.of_rows(out_rows)
 
 
@@ -226,5 +241,23 @@ def _scan_finish(index, state, Qp, Qt, lists, k, heap, depth, rerank, scores):
 def _finish(index, state, Qp, keys, rows, k, sim, rerank, scores):
     if rerank and state["segment"].blocks is not None:  # block CRC32s at their first read
         state["segment"].check_rows(rows[rows >= 0])
-    out, rows = rerank_finish(Qp, state["vectors"], keys, rows, k, sim, rerank, scores)
+    if rerank and state["vectors"] is None:  # float16 / int8 rows
+        out, rows = _rerank_decoded(Qp, state["segment"].array, keys, rows, k, sim, scores)
+    else:
+        out, rows = rerank_finish(Qp, state["vectors"], keys, rows, k, sim, rerank, scores)
     return out, index._row_ids.of_rows(rows)
+
+
+def _rerank_decoded(Qp, stored, keys, rows, k, sim, scores):
+    """:func:`rerank_finish` over the candidates' stored rows decoded as float32 (float16,
+    int8 records: :func:`bbqlib.scoring.stored.stored_rows`, the values the batch path's
+    rerank scores). The candidates are renumbered in ascending row order, so ties between
+    rows keep their order."""
+    valid = rows >= 0
+    uniq = np.unique(rows[valid])
+    local = np.full(rows.shape, -1, dtype=rows.dtype)
+    local[valid] = np.searchsorted(uniq, rows[valid])
+    out, found = rerank_finish(Qp, stored_rows(stored, uniq), keys, local, k, sim, True, scores)
+    if uniq.size == 0:
+        return out, found
+    return out, np.where(found >= 0, uniq[np.maximum(found, 0)], -1)
