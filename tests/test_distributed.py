@@ -165,6 +165,8 @@ def test_build_writes_what_the_local_writer_writes(built, data, tmp_path):
             assert want[name].dtype == got[name].dtype, name
             assert np.array_equal(want[name], got[name]), name
     assert [(len(s), s.crc32) for s in seg_a] == [(len(s), s.crc32) for s in seg_b]
+    # block CRC32s joined from the partitions' pieces (700-row partitions, 4,096-row blocks)
+    assert [s.blocks.crcs.tolist() for s in seg_a] == [s.blocks.crcs.tolist() for s in seg_b]
     assert np.array_equal(seg_a[0].array, seg_b[0].array)
     ST.verify_generation(built)
     ref = bbqlib.IVFIndex.open(tmp_path / "ref")
@@ -390,3 +392,20 @@ def test_assigner_walk_finds_the_nearest_centroid():
     assert worse.min() >= 0 and np.mean(worse) < 0.02 * np.mean(d(np.arange(6000), exact))
     assert np.array_equal(a.nearest(W, exact), exact)  # a right start stays put
     assert np.array_equal(a.soar(W, exact, 1.0), soar_assign(W, C, exact))
+
+
+def test_block_checksums_joined_from_partition_pieces():
+    """The vector file's block CRC32s, joined on the driver from each partition's pieces,
+    equal those of the whole matrix (blocks spanning 1-3 partitions, uneven partitions)."""
+    from bbqlib.distributed._tasks import block_crc_pieces
+    from bbqlib.distributed.build import _join_blocks
+    from bbqlib.io.blocks import BlockChecksums
+
+    rows = np.random.default_rng(3).normal(size=(1000, 5)).astype("<f4")
+    cuts = [0, 7, 64, 65, 300, 301, 1000]
+    results = [{"blocks_crc": block_crc_pieces(rows[a:b], a, block_rows=64)}
+               for a, b in zip(cuts[:-1], cuts[1:], strict=True)]  # fmt: skip
+    want = BlockChecksums.of(rows, 64).crcs
+    assert np.array_equal(_join_blocks(results, 1000, block_rows=64), want)
+    with pytest.raises(RuntimeError, match="do not cover"):
+        _join_blocks(results[:-1], 1000, block_rows=64)
