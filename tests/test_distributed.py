@@ -343,6 +343,8 @@ def test_errors_name_the_parameter(data, tmp_path):
         build_ivf(X, tmp_path / "x", ids=np.zeros(N, np.int64))
     with pytest.raises(TypeError, match="dask.array"):
         build_ivf(object(), tmp_path / "x")
+    with pytest.raises(ValueError, match="store_vectors"):
+        build_ivf(X, tmp_path / "x", store_vectors="float16")
     with pytest.raises(ValueError, match="fitted"):
         encode(bbqlib.BBQQuantizer(), X)
     assert not (tmp_path / "x").exists()

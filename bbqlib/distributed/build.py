@@ -152,6 +152,12 @@ def build_ivf(
         quantizer = like.quantizer
     index = IVFIndex(quantizer, cluster_size=cluster_size, seed=seed, soar=soar,
                      store_vectors=store_vectors)  # fmt: skip
+    if index.store_vectors not in (None, False, "float32"):
+        raise ValueError(
+            f"store_vectors={store_vectors!r}: the distributed build stores float32 rerank "
+            "vectors (store_vectors=True) or none (False); float16 / int8 vectors are not "
+            "supported here yet"
+        )
     ids = _check_ids(ids, n)
     if sample is None:
         sample = default_sample(n, index.cluster_size)
