@@ -103,6 +103,7 @@ def _brute_force(index, Q, k):
     is_l2 = q.similarity_.is_distance
     post = index._postings
     d = q.dim_
+    qbits = q.encoding_.query_bits
     Qt = q.transform_rows(q._validated(Q, "Q", allow_1d=True))
     entry_list = np.repeat(np.arange(post.n_lists), post.sizes)
     X = unpack_planes(np.asarray(post.codes), q.encoding_.doc_bits, d)
@@ -111,7 +112,7 @@ def _brute_force(index, Q, k):
     for j in range(post.n_lists):
         rows = slice(post.start[j], post.start[j + 1])
         pq = np.arange(len(Q))
-        Y, qf = ref.query_pairs(Qt, index._C, pq, np.full(len(Q), j), 4, is_l2)
+        Y, qf = ref.query_pairs(Qt, index._C, pq, np.full(len(Q), j), qbits, is_l2)
         raw = estimate_reference(qf, df[rows], int_dot(Y, X[rows]), d, index._list_cc[j], is_l2)
         key = -raw if is_l2 else raw
         ids = np.asarray(post.ids[rows])
@@ -123,13 +124,13 @@ def _brute_force(index, Q, k):
     return top, (-vals if is_l2 else vals)
 
 
-@pytest.mark.parametrize("similarity", ["euclidean", "cosine"])
-def test_ivf_full_visit_equals_brute_force_estimates(similarity, monkeypatch):
+@pytest.mark.parametrize(("similarity", "qbits"), [("euclidean", 4), ("cosine", 4), ("cosine", 8)])
+def test_ivf_full_visit_equals_brute_force_estimates(similarity, qbits, monkeypatch):
     rng = np.random.default_rng(11)
     centres = rng.normal(size=(12, 48)) * 3
     X = (centres[rng.integers(0, 12, 1500)] + rng.normal(size=(1500, 48))).astype(np.float32)
     Q = (centres[rng.integers(0, 12, 12)] + rng.normal(size=(12, 48))).astype(np.float32)
-    rq = bbqlib.RaBitQQuantizer(bits=2, query_bits=4, similarity=similarity, seed=0)
+    rq = bbqlib.RaBitQQuantizer(bits=2, query_bits=qbits, similarity=similarity, seed=0)
     index = bbqlib.IVFIndex(rq, cluster_size=64, seed=1)
     index.add(X)
     ids_ref, vals_ref = _brute_force(index, Q, 10)
