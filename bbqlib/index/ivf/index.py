@@ -76,8 +76,11 @@ class IVFIndex(GuardedWrites):
         vectors are then served memory-mapped (only centroids stay in RAM).
     soar : bool, default True
         Spill every vector to its best secondary list (SOAR, lambda = 1).
-    store_vectors : "float32" or bool, default "float32"
-        Keep the float32 vectors for the exact rerank (and for re-clustering on growth).
+    store_vectors : {"float32", "float16", "int8"} or bool, default "float32"
+        Keep the vectors for the exact rerank (and for re-clustering on growth) as float32
+        (``True``, ``4·d`` bytes per vector), float16 (``2·d``) or int8 with a per-vector
+        scale (``d + 4``; :mod:`bbqlib.scoring.stored`), or not at all (``False``: searches
+        return quantized scores). The rerank scores the decoded rows exactly.
     visit_percentage, oversample : float, optional
         Defaults of :meth:`search` (``None``: the dynamic budget, the encoding's depth).
 
@@ -130,7 +133,7 @@ class IVFIndex(GuardedWrites):
         self.seed = check_int(seed, "seed", 0)
         self.path = None if path is None else Path(path)
         self.soar = bool(soar)
-        self.store_vectors = check_store_vectors(store_vectors, kinds=("float32",))
+        self.store_vectors = check_store_vectors(store_vectors)
         self.visit_percentage = P.check_visit_percentage(visit_percentage)
         self.oversample = None if oversample is None else check_oversample(oversample, 1.0)
         self._fitted = False
@@ -243,7 +246,7 @@ class IVFIndex(GuardedWrites):
         return W.primary_counts(self)
 
     def _vectors_rows(self, rows: np.ndarray) -> np.ndarray:
-        """Stored float vectors of ascending ``rows`` (float32 copy)."""
+        """Stored vectors of ascending ``rows``, decoded as float32 (a copy)."""
         return W.vectors_rows(self, rows)
 
     # ------------------------------------------------------------------ deleting
@@ -344,8 +347,11 @@ class IVFIndex(GuardedWrites):
         """
         path = Path(path)
         meta, _, _, _ = ST.open_generation(path)
+        store = ST.vector_kind_of(meta) if meta["store_vectors"] else False
         index = cls(BBQQuantizer(), cluster_size=meta["cluster_size"], seed=meta["seed"],
-                    path=path, soar=meta["soar"], store_vectors=meta["store_vectors"])  # fmt: skip
+                    path=path, soar=meta["soar"], store_vectors=store,
+                    visit_percentage=meta.get("visit_percentage"),
+                    oversample=meta.get("oversample"))  # fmt: skip
         F.load_into(index, path)  # the stored quantizer replaces BBQQuantizer()
         index._fitted = True
         if preload:

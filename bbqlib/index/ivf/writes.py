@@ -13,6 +13,7 @@ import numpy as np
 
 from ..._validation import check_source
 from ...io.vectors import read_vectors
+from ...scoring.stored import stored_rows
 from . import build as B
 from . import files as F
 from . import plan as P
@@ -99,13 +100,13 @@ def primary_counts(index) -> np.ndarray:
 
 
 def vectors_rows(index, rows: np.ndarray) -> np.ndarray:
-    """Stored float vectors of ascending ``rows`` (float32 copy)."""
+    """Stored vectors of ascending ``rows``, decoded as float32 (a copy)."""
     out = np.empty((rows.size, index.dim_), dtype=np.float32)
     start = 0
     for seg in index._segments:
         stop = start + len(seg)
         lo, hi = np.searchsorted(rows, [start, stop])
         seg.check_rows(rows[lo:hi] - start)  # block CRC32s, on the first read
-        out[lo:hi] = seg.array[rows[lo:hi] - start]
+        out[lo:hi] = stored_rows(seg.array, rows[lo:hi] - start)
         start = stop
     return out
