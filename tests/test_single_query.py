@@ -360,56 +360,10 @@ def test_ivf_single_query_takes_one_call(make_vectors, monkeypatch, tmp_path):
     for _ in range(2):
         for i in range(len(Q)):
             _same(opened.search(Q[i], 10), (batch[0][i], batch[1][i]))
-    assert 2 in calls  # lists checked between the steps at their first read
+    assert 2 in calls and 3 in calls  # lists, then rows, checked at their first read
+    assert calls.count(0) == 2 * len(Q)  # ... and the call repeated
     opened.verify()  # everything checked: one call per query from now on
     calls.clear()
     for i in range(len(Q)):
         _same(opened.search(Q[i], 10), (batch[0][i], batch[1][i]))
     assert calls == [0] * len(Q)
-
-
-@pytest.mark.parametrize("similarity", ["euclidean", "dot_product"])
-def test_flat_fused_equals_its_steps(similarity, make_vectors):
-    X, Q = _data(similarity, make_vectors, n=500, d=24, seed=7)
-    index = bbqlib.FlatIndex(bits=1, similarity=similarity)
-    index.add(X)
-    q = index.quantizer
-    codes, vectors = index._parts()
-    centroid, width, docs, _ = bbqlib.index.single._flat_state(q, codes)
-    is_l2 = similarity == "euclidean"
-    unit = similarity == "dot_product"
-    steps = (centroid, q.encoding_.query_bits, q.iters, q.lam, docs[7], width, *docs)
-    for i in range(3):
-        x = np.ascontiguousarray(Q[i], dtype=np.float32)
-        out = KO.flat_search_fused(
-            x, False, unit, MAX_SQ_NORM, UNIT_NORM_TOLERANCE, x, *steps,
-            np.empty(0, np.uint8), 30, vectors, True, 10, -np.inf,
-        )  # fmt: skip
-        assert out[0] == 0
-        keys, rows = KO.flat_lut_one(x.reshape(1, -1), *steps, np.empty(0, np.uint8), 30)
-        np.testing.assert_array_equal(out[1], keys)
-        np.testing.assert_array_equal(out[2], rows)
-        rerank = KO.rerank_sqdists if is_l2 else KO.rerank_dots
-        raw, out_rows = rerank(x.reshape(1, -1), vectors, rows, 10, -np.inf)
-        np.testing.assert_array_equal(out[3], raw)
-        np.testing.assert_array_equal(out[4], out_rows)
-    for x in (np.full(24, np.inf, np.float32), 2 * np.ascontiguousarray(Q[0], np.float32)):
-        out = KO.flat_search_fused(
-            x, False, unit, MAX_SQ_NORM, UNIT_NORM_TOLERANCE, x, *steps,
-            np.empty(0, np.uint8), 30, vectors, True, 10, -np.inf,
-        )  # fmt: skip
-        assert out[0] == (1 if unit or not np.isfinite(x).all() else 0)
-
-
-def test_flat_single_query_takes_one_call(make_vectors, monkeypatch):
-    X, Q = _data("cosine", make_vectors, n=400, d=16)
-    index = bbqlib.FlatIndex(bits=1, similarity="cosine")
-    index.add(X)
-    calls = []
-    fused = KO.flat_search_fused
-    monkeypatch.setattr(KO, "flat_search_fused", lambda *a: calls.append(1) or fused(*a))
-    for kwargs in [{}, {"rerank": False}, {"scores": "raw"}]:
-        batch = index.search(Q, 5, **kwargs)
-        for i in range(len(Q)):
-            _same(index.search(Q[i], 5, **kwargs), (batch[0][i], batch[1][i]))
-    assert len(calls) == 3 * len(Q)

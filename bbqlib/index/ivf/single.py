@@ -175,8 +175,10 @@ def _lists_ok(postings) -> np.ndarray:
 
 
 def _fused(index, state, x, sim, k, pad, need, heap, depth, rerank, scores):
-    """The steps in one compiled call; a step whose input has an unchecked CRC32 is finished
-    here one call at a time, after the check."""
+    """The steps in one compiled call. Where the call stops at a list or a block of rows
+    whose CRC32 is unchecked (an index opened from files, at its first read of them), the
+    check runs and the call is repeated: the same query, the same result, and no other
+    kernel to load at start-up."""
     q = index.quantizer
     enc = q.encoding_
     cosine = sim is Similarity.COSINE
@@ -186,20 +188,29 @@ def _fused(index, state, x, sim, k, pad, need, heap, depth, rerank, scores):
     if blocks is not None:
         rows_ok, block_rows = blocks._checked, blocks.block_rows
     vectors = state["vectors"] if state["vectors"] is not None else state["C"]  # one type
-    status, lists, keys, rows, entries, raw, out_rows = KO.ivf_search_fused(
-        x, cosine, sim is Similarity.DOT_PRODUCT, MAX_SQ_NORM, UNIT_NORM_TOLERANCE, qp,
-        *state["plan"], float(need), state["C"], enc.query_bits, q.lam, state["is_l2"],
-        state["width"], *state["docs"], heap, depth, _lists_ok(index._postings), vectors,
-        bool(rerank), k, pad, rows_ok, block_rows,
-    )  # fmt: skip
-    if status == 1:
-        return None  # the general path raises the error
-    Qp = qp.reshape(1, -1)
-    if status == 2:
+    postings = index._postings
+    lists_ok = _lists_ok(postings)
+    for _ in range(3):  # the lists checked, then the rows, then done
+        status, lists, keys, rows, entries, raw, out_rows = KO.ivf_search_fused(
+            x, cosine, sim is Similarity.DOT_PRODUCT, MAX_SQ_NORM, UNIT_NORM_TOLERANCE, qp,
+            *state["plan"], float(need), state["C"], enc.query_bits, q.lam, state["is_l2"],
+            state["width"], *state["docs"], heap, depth, lists_ok, vectors, bool(rerank), k,
+            pad, rows_ok, block_rows,
+        )  # fmt: skip
+        if status == 1:
+            return None  # the general path raises the error
+        if status == 2:
+            _check_lists(postings, lists, state)  # marks them in ``lists_ok``, or raises
+        elif status == 3:
+            state["segment"].check_rows(rows[rows >= 0])  # marks their blocks in ``rows_ok``
+        else:
+            break
+    else:  # a check that did not mark what it checked: never expected, kept safe
+        Qp = qp.reshape(1, -1)
         return _scan_finish(index, state, Qp, Qp, lists, k, heap, depth, rerank, scores)
     _set_stats(index, lists, entries, depth)
-    if status == 3 or not rerank:
-        return _finish(index, state, Qp, keys, rows, k, sim, rerank, scores)
+    if not rerank:
+        return _finish(index, state, qp.reshape(1, -1), keys, rows, k, sim, False, scores)
     return finish_scores(raw, out_rows, sim, pad, scores), index._row_ids.of_rows(out_rows)
 
 
