@@ -450,10 +450,16 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
     ap.add_argument("--no-1m", action="store_true", help="latency: debian only, no 1M set")
     ap.add_argument("--no-debian", action="store_true", help="latency: the 1M set only")
+    ap.add_argument("--oversample", type=float, default=3.0, help="latency: IVF rerank depth")
+    ap.add_argument("--no-graphs", action="store_true", help="latency: IVF systems only")
     ap.add_argument("--workdir", default="/tmp/bbqlib-serving", help="latency: 1M data cache")
     ap.add_argument("--out", default=str(RESULT))
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    import serving_latency
+
+    serving_latency.OVERSAMPLE = args.oversample
+    serving_latency.GRAPHS = not args.no_graphs
     if args.worker:
         kind, *rest = args.worker
         if kind == "contention":

@@ -33,6 +33,16 @@ N_QUERIES = 500
 # The 1M set's indexes are built with both cores (HNSW builds take many minutes on one);
 # every search is single-threaded.
 BUILD_THREADS = 2
+# Rerank depth of both IVF systems (x k) and whether the graph peers are built; the CLI sets
+# them (``--oversample``, ``--no-graphs``: a rerun of the IVF systems alone).
+OVERSAMPLE = 3.0
+GRAPHS = True
+
+
+def _ivf_name() -> str:
+    return f"bbqlib IVF 1-bit x{OVERSAMPLE:g}"
+
+
 TARGETS = (0.90, 0.95)
 VISIT = [0.5, 1, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30]
 NPROBE = [1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128]
@@ -87,21 +97,22 @@ def _systems(X, similarity="cosine"):
     ivf.add(X)
     build = time.perf_counter() - t0
     bbqlib.warmup(ivf)
-    out["bbqlib IVF 1-bit x3"] = (
+    os_ = OVERSAMPLE
+    out[_ivf_name()] = (
         build,
         [
-            (vp, (lambda Q, vp=vp: ivf.search(Q, 10, visit_percentage=vp)[1]),
-             (lambda q, vp=vp: ivf.search(q, 10, visit_percentage=vp)[1]))
+            (vp, (lambda Q, vp=vp: ivf.search(Q, 10, visit_percentage=vp, oversample=os_)[1]),
+             (lambda q, vp=vp: ivf.search(q, 10, visit_percentage=vp, oversample=os_)[1]))
             for vp in VISIT
         ],
         {"index": ivf},
     )  # fmt: skip
-    fr = peers.faiss_ivf_rabitq(X, similarity, nlist=ivf.n_lists, bits=1, qb=4, k_factor=3.0)
+    fr = peers.faiss_ivf_rabitq(X, similarity, nlist=ivf.n_lists, bits=1, qb=4, k_factor=OVERSAMPLE)
 
     def fr_set(p):
         fr.set_search_params(nprobe=p)
 
-    out["faiss IVFRaBitQ 1-bit +RFlat x3"] = (
+    out[f"faiss IVFRaBitQ 1-bit +RFlat x{OVERSAMPLE:g}"] = (
         fr.build_seconds,
         [
             (p, (lambda Q, p=p: (fr_set(p), fr.search(Q, 10)[1])[1]),
@@ -110,6 +121,8 @@ def _systems(X, similarity="cosine"):
         ],
         {},
     )  # fmt: skip
+    if not GRAPHS:
+        return out
     hn = peers.hnswlib_hnsw(X, similarity, M=16, ef_construction=200)
 
     def hn_set(e):
@@ -319,7 +332,7 @@ def latency_section(args) -> tuple[list[str], list[str]]:
             scale = []
             runs = {}  # system -> [(qps1, qps2)], systems interleaved run by run
             for _ in range(rounds):
-                for name in ("bbqlib IVF 1-bit x3", "hnswlib M16 efC200"):
+                for name in (_ivf_name(), "hnswlib M16 efC200"):
                     key = (name, 0.95)
                     if key in chosen:
                         s = chosen[key][0]
@@ -346,7 +359,7 @@ def latency_section(args) -> tuple[list[str], list[str]]:
                     ],
                 )
             )
-            key = ("bbqlib IVF 1-bit x3", 0.95)
+            key = (_ivf_name(), 0.95)
             if key in chosen:
                 s = chosen[key][0]
                 share = _python_share(s[2], Q[:200], rounds)
