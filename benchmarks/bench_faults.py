@@ -118,8 +118,8 @@ def kill_runs(kind: str, trials: int, tree: Path, seed: int) -> dict:
         "    work = pathlib.Path(tempfile.mkdtemp(prefix='bbqkill'))\n"
         "    try:\n"
         "        corrupt, leaked = H.kill_trial(kind, H.fresh(work / 't'), rng.uniform(0, 0.5))\n"
-        "        print(json.dumps([corrupt, sorted(leaked), sorted(H.kill_trial.left)]),\n"
-        "              flush=True)\n"
+        "        print(json.dumps([corrupt, sorted(leaked), sorted(H.kill_trial.left),\n"
+        "                          H.kill_trial.phase]), flush=True)\n"
         "    except Exception as err:\n"
         "        print(json.dumps({'error': repr(err)}), flush=True)\n"
         "    finally:\n"
@@ -129,21 +129,24 @@ def kill_runs(kind: str, trials: int, tree: Path, seed: int) -> dict:
     cmd = [sys.executable, "-c", code, kind, str(trials), str(seed)]
     with tempfile.TemporaryDirectory(prefix="bbqkillcwd") as cwd:  # not the repository:
         # ``python -c`` puts the cwd first on sys.path, which would shadow ``tree``'s bbqlib
-        res = subprocess.run(cmd, capture_output=True, env=_env(tree), cwd=cwd,
-                             timeout=600 + 120 * trials)  # fmt: skip
-    for line in res.stdout.decode().strip().splitlines():
-        row = json.loads(line)
-        if isinstance(row, dict):
-            out.setdefault("errors", []).append(row["error"][-300:])
-            continue
-        corrupt, leaked, left = row
-        out["trials"] += 1
-        out["corrupt"] += bool(corrupt)
-        out["leaked_trials"] += bool(leaked)
-        out["leaked_files"] += len(leaked)
-        out["left_trials"] += bool(left)
-    if res.returncode != 0:
-        out.setdefault("errors", []).append(res.stderr.decode()[-300:])
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=_env(tree), cwd=cwd)  # fmt: skip
+        for line in proc.stdout:  # one line per trial, echoed: a long run shows progress
+            print(kind, line.decode().strip(), flush=True)
+            row = json.loads(line)
+            if isinstance(row, dict):
+                out.setdefault("errors", []).append(row["error"][-300:])
+                continue
+            corrupt, leaked, left, phase = row
+            out[phase] = out.get(phase, 0) + 1
+            out["trials"] += 1
+            out["corrupt"] += bool(corrupt)
+            out["leaked_trials"] += bool(leaked)
+            out["leaked_files"] += len(leaked)
+            out["left_trials"] += bool(left)
+        stderr = proc.stderr.read()
+        if proc.wait() != 0:
+            out.setdefault("errors", []).append(stderr.decode()[-300:])
     return out
 
 
@@ -367,6 +370,7 @@ def main() -> None:
     p.add_argument("--mutations", type=int, default=2000, help="per target")
     p.add_argument("--kills", type=int, default=100, help="per save kind")
     p.add_argument("--baseline-kills", type=int, default=20)
+    p.add_argument("--kinds", help="save kinds to kill, comma-separated (default: all)")
     p.add_argument("--stress-seconds", type=float, default=20.0)
     p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--hang-seconds", type=float, default=60.0)
@@ -388,7 +392,7 @@ def main() -> None:
 
     sys.path[:0] = [str(ROOT), str(HERE), str(ROOT / "tests")]  # this checkout's bbqlib
     import _common as C
-    from fault_harness import SAVE_KINDS
+    from fault_harness import PHASES, SAVE_KINDS
 
     only = set(args.only.split(","))
     trees = [("this branch", ROOT)] + ([("baseline", args.baseline)] if args.baseline else [])
@@ -409,7 +413,7 @@ def main() -> None:
         rows = []
         for tree_name, tree in trees:
             n = args.kills if tree_name == "this branch" else args.baseline_kills
-            for kind in SAVE_KINDS:
+            for kind in args.kinds.split(",") if args.kinds else SAVE_KINDS:
                 res = kill_runs(kind, n, tree, args.seed)
                 rows.append({"tree": tree_name, "kind": kind, **res})
                 print(tree_name, kind, res)
@@ -418,6 +422,13 @@ def main() -> None:
                 ("leaked_trials", "kills leaking files after the next open"),
                 ("leaked_files", "leaked files")]  # fmt: skip
         tables.append("### kill -9 during saves\n\n" + C.markdown_table(rows, cols))
+        for r in rows:
+            for phase in PHASES:
+                r.setdefault(phase, 0)
+        cols = [("tree", "code"), ("kind", "save kind"), ("trials", "kills"),
+                *[(phase, phase) for phase in PHASES]]  # fmt: skip
+        tables.append("### Where the kills landed (phase of the save; `fault_harness.PHASES`)"
+                      "\n\n" + C.markdown_table(rows, cols))  # fmt: skip
     if "stress" in only:
         rows = []
         for tree_name, tree in trees:

@@ -285,7 +285,7 @@ def fuzz(target, n: int, seed: int, start: int = 0, report=None) -> Counter:
 _CHILD = textwrap.dedent(
     """
     import sys, numpy as np, bbqlib
-    from fault_harness import unit_rows
+    from fault_harness import unit_rows, trace_phases
     kind, where = sys.argv[1], sys.argv[2]
     X = unit_rows(3000, 32, 0)
     if kind == "flat":
@@ -305,6 +305,7 @@ _CHILD = textwrap.dedent(
         index = bbqlib.IVFIndex.open(where)
         step = lambda i: index.delete(np.array([i]))
     step(0)  # compiled and warm: the parent's kill lands inside a save
+    step = trace_phases(step, sys.argv[3])  # which phase of a save the kill hits
     print("ready", flush=True)
     i = 1
     while True:
@@ -314,6 +315,46 @@ _CHILD = textwrap.dedent(
 )
 
 SAVE_KINDS = ("flat", "vectors", "ivf_add", "ivf_delete", "ivf_save")
+
+#: Where a kill can land, in the order of a save: outside a save (the child's loop), before
+#: the first temporary file (encoding, serializing), writing a temporary file, in ``fsync``
+#: (of a file or its directory), in the ``rename`` over the target, after a rename (the next
+#: file of an IVF generation, garbage collection, lock release).
+PHASES = ("between saves", "prepare", "write", "fsync", "rename", "after a rename")
+
+
+def trace_phases(step, phase_file: str):
+    """Wrap ``step`` (one save) so that the phase it is in is always in ``phase_file`` (one
+    byte, an index into :data:`PHASES`, memory-mapped: it survives a kill -9)."""
+    import mmap
+
+    from bbqlib.io import atomic
+
+    with open(phase_file, "wb") as f:
+        f.write(bytes(1))
+    with open(phase_file, "r+b") as f:
+        buf = mmap.mmap(f.fileno(), 1)
+    state = {"phase": 0}
+
+    def set_phase(code):
+        state["phase"] = code
+        buf[0] = code
+
+    def wrap(fn, during, after=None):
+        def wrapped(*args, **kwargs):
+            before = state["phase"]
+            set_phase(during)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                set_phase(before if after is None else after)
+
+        return wrapped
+
+    os.fsync = wrap(os.fsync, 3)
+    os.replace = wrap(os.replace, 4, after=5)
+    atomic.temp_path = wrap(atomic.temp_path, 2, after=2)
+    return wrap(step, 1, after=0)
 
 
 def prepare_kill_target(kind: str, workdir: Path) -> Path:
@@ -334,11 +375,15 @@ def prepare_kill_target(kind: str, workdir: Path) -> Path:
     return where
 
 
+def phase_file(where: Path) -> Path:
+    return where.parent / "kill_phase"
+
+
 def start_child(kind: str, where: Path) -> subprocess.Popen:
     tree = Path(bbqlib.__file__).resolve().parents[1]  # the bbqlib under test, not cwd's
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(ROOT / "tests")]))
     proc = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, kind, str(where)],
+        [sys.executable, "-c", _CHILD, kind, str(where), str(phase_file(where))],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=env,
@@ -401,10 +446,12 @@ def leftovers(kind: str, where: Path) -> set[str]:
 def kill_trial(kind: str, workdir: Path, seconds: float, where: Path | None = None):
     """Kill a child saving ``kind`` after ``seconds``; ``(corrupt, leaked files)`` after the
     next open (vector files: the next write of the same path, which cleans up), and the
-    files the kill left before that open (``kill_trial.left``)."""
+    files the kill left before that open (``kill_trial.left``) and the phase of the save
+    it hit (``kill_trial.phase``, one of :data:`PHASES`)."""
     where = where if where is not None else prepare_kill_target(kind, workdir)
     proc = start_child(kind, where)
     kill_after(proc, seconds)
+    kill_trial.phase = PHASES[phase_file(where).read_bytes()[0]]
     kill_trial.left = leftovers(kind, where)
     if kind != "vectors":
         return check_after_kill(kind, where)
