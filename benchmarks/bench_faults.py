@@ -16,7 +16,9 @@ what each new check costs.
    per index kind (in a subprocess: a crash is counted); exceptions, lost rows, invalid ids,
    searches per second during writes against the same threads without a writer.
 4. **The cost of each new check** on search, add, save and open speed, as the median ratio
-   of interleaved runs with the check and without it (monkeypatched off), single process.
+   of interleaved runs with the check and without it (monkeypatched off), single process;
+   ``hdf5cost``: reading a real ann-benchmarks file through the HDF5 guard (libhdf5 in a
+   worker process) against in-process h5py as before.
 
     python benchmarks/bench_faults.py --baseline /tmp/fx2      # writes results/faults.md
     python benchmarks/bench_faults.py --only fuzz,kill --mutations 300 --kills 5   # quick
@@ -352,6 +354,74 @@ def costs(repeats: int) -> list[dict]:
     return rows
 
 
+def hdf5_costs(repeats: int) -> list[dict]:
+    """The HDF5 guard (libhdf5 in a worker process) against reading in-process with h5py as
+    before, on a real data set written in ann-benchmarks' layout (debian-minilm-384 from
+    ../shared/data, else a random one of the same size)."""
+    import _common as C
+    import h5py
+
+    from bbqlib.io import (
+        hdf5_guard,
+        read_ann_benchmarks,
+        read_ann_benchmarks_metric,
+        write_ann_benchmarks,
+    )
+
+    src = ROOT.parent / "shared" / "data" / "debian-minilm-384"
+    if (src / "base.npy").exists():
+        train, test = np.load(src / "base.npy"), np.load(src / "queries.npy")
+        neighbors = np.load(src / "gt_l2.npy")[:, :100]
+        distances = np.load(src / "gt_l2_dists.npy")[:, :100]
+        name = f"debian-minilm-384 ({train.shape[0]} x {train.shape[1]})"
+    else:
+        g = np.random.default_rng(0)
+        train, test = g.random((60_000, 384), np.float32), g.random((1000, 384), np.float32)
+        neighbors, distances = g.integers(0, 60_000, (1000, 100)), g.random((1000, 100))
+        name = "random 60000 x 384"
+    work = Path(tempfile.mkdtemp(prefix="bbqh5cost"))
+    path = write_ann_benchmarks(work / "data.hdf5", train, test, neighbors, distances,
+                                "euclidean")  # fmt: skip
+    size = path.stat().st_size / 2**20
+
+    def inproc(mmap):  # what read_ann_benchmarks did before the guard
+        def run():
+            with h5py.File(path, "r") as f:
+                out = []
+                for n in ("train", "test", "neighbors", "distances"):
+                    d = f[n]
+                    if mmap:
+                        out.append(np.memmap(path, dtype=d.dtype, mode="r",
+                                             offset=d.id.get_offset(), shape=d.shape))  # fmt: skip
+                    else:
+                        out.append(d[()])
+                out.append(f.attrs["distance"])
+            return out
+
+        return run
+
+    def guarded(mmap, cold):
+        def run():
+            if cold:
+                hdf5_guard._stop_worker()
+            return (*read_ann_benchmarks(path, mmap=mmap), read_ann_benchmarks_metric(path))
+
+        return run
+
+    rows = []
+    for mmap in (False, True):
+        for cold in (False, True):
+            t = C.interleaved_ratio(guarded(mmap, cold), inproc(mmap), repeats=repeats, warmup=1)
+            state = "first read (worker start)" if cold else "worker running"
+            what = f"read_ann_benchmarks + metric, {name}, {size:.0f} MiB, mmap={mmap}, {state}"
+            note = "without = in-process h5py (before); warm page cache"
+            rows.append({"what": what, "ratio": t.ratio, "with": t.median_a * 1e3,
+                         "without": t.median_b * 1e3, "note": note})  # fmt: skip
+    hdf5_guard._stop_worker()
+    shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -370,12 +440,13 @@ def main() -> None:
     p.add_argument("--mutations", type=int, default=2000, help="per target")
     p.add_argument("--kills", type=int, default=100, help="per save kind")
     p.add_argument("--baseline-kills", type=int, default=20)
+    p.add_argument("--targets", default="flat,ivf,vectors,hdf5", help="fuzz targets")
     p.add_argument("--kinds", help="save kinds to kill, comma-separated (default: all)")
     p.add_argument("--stress-seconds", type=float, default=20.0)
     p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--hang-seconds", type=float, default=60.0)
     p.add_argument("--baseline", type=Path, help="another checkout to compare (e.g. main)")
-    p.add_argument("--only", default="fuzz,kill,stress,cost")
+    p.add_argument("--only", default="fuzz,kill,stress,cost,hdf5cost")
     p.add_argument("--seed", type=int, default=2024)
     p.add_argument("--out", type=Path, default=HERE / "results" / "faults.md")
     p.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
@@ -400,7 +471,7 @@ def main() -> None:
     if "fuzz" in only:
         rows = []
         for tree_name, tree in trees:
-            for target in ("flat", "ivf", "vectors", "hdf5"):
+            for target in args.targets.split(","):
                 t0 = time.time()
                 res = fuzz_target(target, args.mutations, args.seed, tree, args.hang_seconds)
                 rows += _fuzz_rows(target, res, tree_name)
@@ -446,8 +517,9 @@ def main() -> None:
         notes.append("first exceptions: " + ("; ".join(
             f"{r['tree']} {r['kind']}: {r['first_exception']}" for r in rows
             if r.get("first_exception")) or "none"))  # fmt: skip
-    if "cost" in only:
-        rows = costs(args.repeats)
+    if "cost" in only or "hdf5cost" in only:
+        rows = (costs(args.repeats) if "cost" in only else []) + (
+            hdf5_costs(args.repeats) if "hdf5cost" in only else [])  # fmt: skip
         for r in rows:
             print(r)
         cols = [("what", "operation (check)"), ("ratio", "with / without", ".3f"),

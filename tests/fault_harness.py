@@ -234,27 +234,45 @@ class VectorFileTarget:
 
 
 class HDF5Target:
-    """An ann-benchmarks HDF5 file (no checksums: changed values are data; never crash)."""
+    """An ann-benchmarks HDF5 file. It has no checksums, so a changed value inside a
+    dataset's stored bytes is data (label ``data``); a mutation anywhere else (label
+    ``structure``: superblock, object headers, attributes, heaps) or a truncation must give a
+    clean error or the same results. libhdf5 runs in a worker with ``timeout`` seconds."""
 
     name = "ann-benchmarks HDF5"
+    timeout = 20.0
 
     def __init__(self, workdir: Path, seed: int = 0):
+        import h5py
+
         from bbqlib.io import write_ann_benchmarks
 
         X = unit_rows(64, 12, seed)
-        nn, dist = np.zeros((4, 3), np.int32), np.zeros((4, 3))
+        nn, dist = np.zeros((4, 3), np.int32), np.zeros((4, 3))  # as in the earlier runs
         self.path = write_ann_benchmarks(workdir / "data.hdf5", X, X[:4], nn, dist, "angular")
         self.original = self.path.read_bytes()
+        self.data = np.zeros(len(self.original), bool)  # bytes holding dataset values
+        with h5py.File(self.path, "r") as f:
+            for name in ("train", "test", "neighbors", "distances"):
+                start = f[name].id.get_offset()
+                self.data[start : start + f[name].id.get_storage_size()] = True
         self.clean = self.run()
 
     def run(self):
         from bbqlib.io import read_ann_benchmarks, read_ann_benchmarks_metric
 
-        return (*read_ann_benchmarks(self.path), read_ann_benchmarks_metric(self.path))
+        return (
+            *read_ann_benchmarks(self.path, timeout=self.timeout),
+            read_ann_benchmarks_metric(self.path, timeout=self.timeout),
+        )
 
     def apply(self, rng) -> str:
-        self.path.write_bytes(mutate(self.original, rng))
-        return "hdf5"
+        mutated = mutate(self.original, rng)
+        self.path.write_bytes(mutated)
+        if len(mutated) != len(self.original):
+            return "truncated"
+        changed = np.frombuffer(mutated, np.uint8) != np.frombuffer(self.original, np.uint8)
+        return "data" if self.data[changed].all() else "structure"
 
     def reset(self) -> None:
         self.path.write_bytes(self.original)
