@@ -225,12 +225,14 @@ def test_sizing_matches_saved_files(data, tmp_path):
         disk, ram = flat_sizes(n, d, index.quantizer.encoding_, True, store)
         assert abs(disk - size) <= 0.02 * size + 8192
         assert ram >= disk - 8192
-    ivf = bbqlib.IVFIndex(bits=2, similarity="euclidean", cluster_size=64, store_vectors="float32")
-    ivf.add(X)
-    ivf.save(tmp_path / "ivf")
-    size = sum(f.stat().st_size for f in (tmp_path / "ivf").iterdir())
-    disk, _ = ivf_sizes(n, d, ivf.encoding_, "float32", len(ivf._postings) / n, n / ivf.n_lists)
-    assert abs(disk - size) <= 0.05 * size
+    for store in ("float32", "float16", "int8"):  # IVF format 6 keeps every kind
+        ivf = bbqlib.IVFIndex(bits=2, similarity="euclidean", cluster_size=64, store_vectors=store)
+        ivf.add(X)
+        ivf.save(tmp_path / f"ivf-{store}")
+        size = sum(f.stat().st_size for f in (tmp_path / f"ivf-{store}").iterdir())
+        per_entry, per_list = len(ivf._postings) / n, n / ivf.n_lists
+        disk, _ = ivf_sizes(n, d, ivf.encoding_, store, per_entry, per_list)
+        assert abs(disk - size) <= 0.05 * size, store
 
 
 def test_sizing_scales_a_measured_configuration(flat_report):

@@ -23,10 +23,12 @@ from reference.single import (
 
 import bbqlib
 from bbqlib._kernels import single as KO
-from bbqlib._validation import row_sq_norms
+from bbqlib._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE, row_sq_norms
 from bbqlib.encoding import padded_dim
+from bbqlib.index.ivf import single as single_ivf
 from bbqlib.index.single import lut_osq
 from bbqlib.packing import unpack_planes
+from bbqlib.similarity import Similarity
 
 SIMILARITIES = ["euclidean", "cosine", "dot_product", "max_inner_product"]
 
@@ -267,3 +269,148 @@ def test_ivf_with_parent_centroids(make_vectors):
     batch = index.search(Q, 10)
     for i in range(len(Q)):
         _same(index.search(Q[i], 10), (batch[0][i], batch[1][i]))
+
+
+def _fused_args(index, x, need, depth, lists_ok=None, rows_ok=None, block_rows=2**62):
+    q = index.quantizer
+    sim = q.similarity_
+    state = single_ivf._state(index)
+    cosine = sim is Similarity.COSINE
+    qp = np.empty_like(x) if cosine else x.copy()
+    lists_ok = single_ivf._lists_ok(index._postings) if lists_ok is None else lists_ok
+    rows_ok = np.ones(1, dtype=bool) if rows_ok is None else rows_ok
+    return qp, (
+        x, cosine, sim is Similarity.DOT_PRODUCT, MAX_SQ_NORM, UNIT_NORM_TOLERANCE, qp,
+        *state["plan"], float(need), state["C"], q.encoding_.query_bits, q.lam,
+        state["is_l2"], state["width"], *state["docs"], 2 * depth, depth, lists_ok,
+        state["vectors"], True, 10, -np.inf, rows_ok, np.int64(block_rows),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("similarity", ["euclidean", "cosine", "max_inner_product"])
+def test_ivf_fused_equals_its_steps(similarity, make_vectors):
+    """The one-call kernel returns what its steps return one call at a time, and stops
+    at the step whose input has an unchecked CRC32 (status 2: lists, 3: rows)."""
+    index, _, Q = _ivf(similarity, make_vectors, seed=4)
+    state = single_ivf._state(index)
+    is_l2 = similarity == "euclidean"
+    for i, need in [(0, 100.0), (1, 400.0), (2, 1e9)]:
+        x = np.ascontiguousarray(Q[i], dtype=np.float32)
+        qp, args = _fused_args(index, x, need, 15)
+        status, lists, keys, rows, entries, raw, out_rows = KO.ivf_search_fused(*args)
+        assert status == 0
+        Qp = qp.reshape(1, -1)
+        ref_lists = KO.ivf_plan_one(Qp, *state["plan"], need)
+        np.testing.assert_array_equal(lists, ref_lists)
+        q = index.quantizer
+        ref_keys, ref_rows, ref_entries = KO.ivf_lut_one(
+            Qp, state["C"], ref_lists, q.encoding_.query_bits, q.lam, is_l2, state["width"],
+            *state["docs"], 30, 15,
+        )  # fmt: skip
+        np.testing.assert_array_equal(keys, ref_keys)
+        np.testing.assert_array_equal(rows, ref_rows)
+        assert entries == ref_entries
+        rerank = KO.rerank_sqdists if is_l2 else KO.rerank_dots
+        ref_raw, ref_out = rerank(Qp, state["vectors"], ref_rows, 10, -np.inf)
+        np.testing.assert_array_equal(raw, ref_raw)
+        np.testing.assert_array_equal(out_rows, ref_out)
+        # an unchecked list among the planned ones: the lists, nothing scanned
+        unchecked = np.ones(index.n_lists, dtype=bool)
+        unchecked[ref_lists[-1]] = False
+        _, args = _fused_args(index, x, need, 15, lists_ok=unchecked)
+        status, lists, keys, *_ = KO.ivf_search_fused(*args)
+        assert status == 2 and keys.size == 0
+        np.testing.assert_array_equal(lists, ref_lists)
+        # an unchecked block among the candidates' rows: the candidates, not reranked
+        blocks = np.ones(index.ntotal, dtype=bool)
+        blocks[ref_rows[ref_rows >= 0][-1]] = False
+        _, args = _fused_args(index, x, need, 15, rows_ok=blocks, block_rows=1)
+        status, _, keys, rows, _, raw, _ = KO.ivf_search_fused(*args)
+        assert status == 3 and raw.size == 0
+        np.testing.assert_array_equal(rows, ref_rows)
+    # a query the general path rejects: status 1, nothing else done
+    bad = [np.full(24, np.nan, np.float32), np.full(24, 1e30, np.float32)]
+    if similarity == "cosine":
+        bad.append(np.zeros(24, np.float32))
+    for x in bad:
+        _, args = _fused_args(index, x, 100.0, 15)
+        assert KO.ivf_search_fused(*args)[0] == 1
+
+
+def test_ivf_single_query_takes_one_call(make_vectors, monkeypatch, tmp_path):
+    """In memory every query is one fused call; opened from files, the first queries check
+    CRC32s between the steps, and then are one call too (same results throughout)."""
+    index, _, Q = _ivf("cosine", make_vectors, n=900, d=24, seed=6)
+    calls = []
+    fused = KO.ivf_search_fused
+
+    def spy(*args):
+        out = fused(*args)
+        calls.append(out[0])
+        return out
+
+    monkeypatch.setattr(KO, "ivf_search_fused", spy)
+    batch = index.search(Q, 10)
+    for i in range(len(Q)):
+        _same(index.search(Q[i], 10), (batch[0][i], batch[1][i]))
+    assert calls == [0] * len(Q)
+    index.save(tmp_path / "ivf")
+    opened = bbqlib.IVFIndex.open(tmp_path / "ivf")
+    calls.clear()
+    for _ in range(2):
+        for i in range(len(Q)):
+            _same(opened.search(Q[i], 10), (batch[0][i], batch[1][i]))
+    assert 2 in calls and 3 in calls  # lists, then rows, checked at their first read
+    assert calls.count(0) == 2 * len(Q)  # ... and the call repeated
+    opened.verify()  # everything checked: one call per query from now on
+    calls.clear()
+    for i in range(len(Q)):
+        _same(opened.search(Q[i], 10), (batch[0][i], batch[1][i]))
+    assert calls == [0] * len(Q)
+
+
+@pytest.mark.parametrize("similarity", ["euclidean", "dot_product"])
+def test_flat_fused_equals_its_steps(similarity, make_vectors):
+    X, Q = _data(similarity, make_vectors, n=500, d=24, seed=7)
+    index = bbqlib.FlatIndex(bits=1, similarity=similarity)
+    index.add(X)
+    q = index.quantizer
+    codes, vectors = index._parts()
+    centroid, width, docs, _ = bbqlib.index.single._flat_state(q, codes)
+    is_l2 = similarity == "euclidean"
+    unit = similarity == "dot_product"
+    steps = (centroid, q.encoding_.query_bits, q.iters, q.lam, docs[7], width, *docs)
+    for i in range(3):
+        x = np.ascontiguousarray(Q[i], dtype=np.float32)
+        out = KO.flat_search_fused(
+            x, False, unit, MAX_SQ_NORM, UNIT_NORM_TOLERANCE, x, *steps,
+            np.empty(0, np.uint8), 30, vectors, True, 10, -np.inf,
+        )  # fmt: skip
+        assert out[0] == 0
+        keys, rows = KO.flat_lut_one(x.reshape(1, -1), *steps, np.empty(0, np.uint8), 30)
+        np.testing.assert_array_equal(out[1], keys)
+        np.testing.assert_array_equal(out[2], rows)
+        rerank = KO.rerank_sqdists if is_l2 else KO.rerank_dots
+        raw, out_rows = rerank(x.reshape(1, -1), vectors, rows, 10, -np.inf)
+        np.testing.assert_array_equal(out[3], raw)
+        np.testing.assert_array_equal(out[4], out_rows)
+    for x in (np.full(24, np.inf, np.float32), 2 * np.ascontiguousarray(Q[0], np.float32)):
+        out = KO.flat_search_fused(
+            x, False, unit, MAX_SQ_NORM, UNIT_NORM_TOLERANCE, x, *steps,
+            np.empty(0, np.uint8), 30, vectors, True, 10, -np.inf,
+        )  # fmt: skip
+        assert out[0] == (1 if unit or not np.isfinite(x).all() else 0)
+
+
+def test_flat_single_query_takes_one_call(make_vectors, monkeypatch):
+    X, Q = _data("cosine", make_vectors, n=400, d=16)
+    index = bbqlib.FlatIndex(bits=1, similarity="cosine")
+    index.add(X)
+    calls = []
+    fused = KO.flat_search_fused
+    monkeypatch.setattr(KO, "flat_search_fused", lambda *a: calls.append(1) or fused(*a))
+    for kwargs in [{}, {"rerank": False}, {"scores": "raw"}]:
+        batch = index.search(Q, 5, **kwargs)
+        for i in range(len(Q)):
+            _same(index.search(Q[i], 5, **kwargs), (batch[0][i], batch[1][i]))
+    assert len(calls) == 3 * len(Q)

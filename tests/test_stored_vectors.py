@@ -178,10 +178,9 @@ def test_bad_store_vectors_and_defaults_fail_at_construction():
 
 
 # ----------------------------------------------------------------------------- IVFIndex
-@pytest.mark.parametrize("kind", ("float16", "int8"))
-def test_ivf_keeps_float32_vectors_only(kind):
-    with pytest.raises(ValueError, match="store_vectors must be one of 'float32'"):
-        IVFIndex(store_vectors=kind)
+@pytest.mark.parametrize("kind", KINDS)
+def test_ivf_takes_every_kind(kind):  # the IVF kinds in depth: tests/test_ivf_stored.py
+    assert IVFIndex(store_vectors=kind).store_vectors == kind
 
 
 def test_ivf_search_defaults(data):

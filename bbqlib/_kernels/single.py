@@ -18,7 +18,11 @@ results are bit for bit the batch path's:
   the SOAR de-duplication;
 * :func:`rerank_dots` / :func:`rerank_sqdists`: the exact kernel's serial body
   (:mod:`bbqlib._kernels.rerank`) over the candidates, then the best ``k`` by (key desc,
-  row asc) as ``rerank_keys`` + ``finish`` give them (:func:`best_k` alone).
+  row asc) as ``rerank_keys`` + ``finish`` give them (:func:`best_k` alone);
+* :func:`ivf_search_fused` / :func:`flat_search_fused`: all of a query's steps in one
+  call. Two Python threads issuing single queries scale only when a query releases the
+  GIL once: each short ``nogil`` call is a GIL hand-off, and a thread leaving a 10 µs
+  kernel waits for the other thread's Python to reach its next release.
 
 ``tests/reference/single.py`` is the NumPy reference.
 """
@@ -44,6 +48,8 @@ __all__ = [
     "best_k",
     "rerank_dots",
     "rerank_sqdists",
+    "ivf_search_fused",
+    "flat_search_fused",
 ]
 
 EMPTY_ID = KS.EMPTY_ID
@@ -287,3 +293,88 @@ def rerank_sqdists(query2, vectors, cand, k, pad):
     raw = np.empty(c2.shape, dtype=np.float64)
     _sqdists_range(query2, vectors, c2, np.empty(c2.shape, dtype=np.int64), raw, _ZERO, _ONE)
     return _best_k(raw[0], cand, True, k, pad)
+
+
+_EMPTY_LISTS = np.empty(0, dtype=np.int32)
+
+
+@kernel
+def ivf_search_fused(
+    x, cosine, unit_only, max_sq, unit_tol, qp,
+    g, gg, codes, factors, cc, sizes, plan_bits, iters, plan_lam, plan_l2, by_distance, need,
+    centroids, bits, lam, is_l2, width, list_start, list_block_start, blocks, df, ids,
+    list_cc, planes, pairs, dim, allowed, heap, depth, lists_ok,
+    vectors, rerank, k, pad, rows_ok, block_rows,
+):  # fmt: skip
+    """One IVF query, every step in one call (one release of the GIL per query, which is
+    what lets Python threads issuing single queries scale): :func:`prepare_one` into
+    ``qp``, :func:`ivf_plan_one`, :func:`ivf_lut_one`, and with ``rerank`` the exact
+    :func:`rerank_sqdists` (``is_l2``) or :func:`rerank_dots`.
+
+    Returns ``(status, lists, keys, rows, entries, raw, out_rows)``. ``status`` 0: done
+    (``raw``/``out_rows`` [1, k] when reranked); 1: the query breaks a rule (not finite,
+    beyond ``max_sq``, zero under ``cosine``, not unit under ``unit_only``; the caller's
+    general path raises); 2: a planned list is not in ``lists_ok`` (its CRC32 is unchecked:
+    ``lists`` returned, nothing scanned); 3: a candidate row's block is not in ``rows_ok``
+    (``keys``/``rows`` returned, not reranked).
+    """
+    none_f = np.empty(0, dtype=np.float64)
+    none_i = np.empty(0, dtype=np.int64)
+    none_raw = np.empty((1, 0), dtype=np.float64)
+    none_rows = np.empty((1, 0), dtype=np.int64)
+    sq = prepare_one(x, cosine, qp)
+    if not sq <= max_sq or (cosine and sq == 0.0) or (unit_only and abs(sq - 1.0) > unit_tol):
+        return 1, _EMPTY_LISTS, none_f, none_i, 0, none_raw, none_rows
+    q2 = qp.reshape((1, qp.shape[0]))
+    lists = ivf_plan_one(
+        q2, g, gg, codes, factors, cc, sizes, plan_bits, iters, plan_lam, plan_l2, by_distance,
+        need,
+    )  # fmt: skip
+    for p in range(lists.shape[0]):
+        if not lists_ok[lists[p]]:
+            return 2, lists, none_f, none_i, 0, none_raw, none_rows
+    keys, rows, entries = ivf_lut_one(
+        q2, centroids, lists, bits, lam, is_l2, width, list_start, list_block_start, blocks,
+        df, ids, list_cc, planes, pairs, dim, allowed, heap, depth,
+    )  # fmt: skip
+    if not rerank:
+        return 0, lists, keys, rows, entries, none_raw, none_rows
+    for j in range(rows.shape[0]):
+        if rows[j] >= 0 and not rows_ok[rows[j] // block_rows]:
+            return 3, lists, keys, rows, entries, none_raw, none_rows
+    if is_l2:
+        raw, out_rows = rerank_sqdists(q2, vectors, rows, k, pad)
+    else:
+        raw, out_rows = rerank_dots(q2, vectors, rows, k, pad)
+    return 0, lists, keys, rows, entries, raw, out_rows
+
+
+@kernel
+def flat_search_fused(
+    x, cosine, unit_only, max_sq, unit_tol, qp,
+    centroid, bits, iters, lam, euclidean, width, blocks, cols, planes, pairs, n, dim, cc,
+    is_l2, allowed, depth, vectors, rerank, k, pad,
+):  # fmt: skip
+    """One flat query in one call: :func:`prepare_one` into ``qp``, :func:`flat_lut_one`
+    and with ``rerank`` the exact :func:`rerank_sqdists` (``is_l2``) or :func:`rerank_dots`.
+
+    Returns ``(status, keys, rows, raw, out_rows)``: status 0 done (``raw``/``out_rows``
+    [1, k] when reranked), 1 the query breaks a rule (as :func:`ivf_search_fused`).
+    """
+    none_raw = np.empty((1, 0), dtype=np.float64)
+    none_rows = np.empty((1, 0), dtype=np.int64)
+    sq = prepare_one(x, cosine, qp)
+    if not sq <= max_sq or (cosine and sq == 0.0) or (unit_only and abs(sq - 1.0) > unit_tol):
+        return 1, np.empty(0, dtype=np.float64), np.empty(0, dtype=np.int64), none_raw, none_rows
+    q2 = qp.reshape((1, qp.shape[0]))
+    keys, rows = flat_lut_one(
+        q2, centroid, bits, iters, lam, euclidean, width, blocks, cols, planes, pairs, n, dim,
+        cc, is_l2, allowed, depth,
+    )  # fmt: skip
+    if not rerank:
+        return 0, keys, rows, none_raw, none_rows
+    if is_l2:
+        raw, out_rows = rerank_sqdists(q2, vectors, rows, k, pad)
+    else:
+        raw, out_rows = rerank_dots(q2, vectors, rows, k, pad)
+    return 0, keys, rows, raw, out_rows

@@ -126,8 +126,8 @@ FULL_SPACE: tuple[FamilySpace, ...] = tuple(
 
 #: Stored rerank vectors, cheapest first (False: no rerank).
 STORES: tuple = (False, "int8", "float16", "float32")
-#: The kinds an IVFIndex keeps (float16 and int8 are FlatIndex-only for now).
-IVF_STORES: tuple = (False, "float32")
+#: The kinds an IVFIndex keeps (all of them since IVF format 6).
+IVF_STORES: tuple = STORES
 #: Rerank depths ``k' = ceil(k · oversample)`` tried (capped at 10,000 and n).
 OVERSAMPLES: tuple[float, ...] = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0)
 #: IVF visit budgets (percent of the vectors) tried.

@@ -20,7 +20,14 @@ from ..quantizers import BBQQuantizer
 from ..scoring import SCORE_KINDS, candidate_count, check_oversample, use_lut
 from ..similarity import Similarity, scores_from_raw
 
-__all__ = ["one_query", "prepared_query", "lut_osq", "rerank_finish", "flat_search_one"]
+__all__ = [
+    "one_query",
+    "prepared_query",
+    "lut_osq",
+    "rerank_finish",
+    "finish_scores",
+    "flat_search_one",
+]
 
 _EMPTY_MASK = np.empty(0, np.uint8)
 
@@ -55,9 +62,9 @@ def prepared_query(x: np.ndarray, similarity: Similarity) -> np.ndarray | None:
 def lut_osq(q) -> bool:
     """Whether quantizer ``q`` codes queries as :class:`BBQQuantizer` does (bbqlib's OSQ
     arithmetic) at a width the lookup-table scan serves."""
-    from ..quantizers import lucene_osq
-
-    if not isinstance(q, BBQQuantizer) or lucene_osq.is_lucene(q):
+    # ``arithmetic`` read here, not through ``lucene_osq.is_lucene``: importing that module
+    # costs ~10 ms of a fresh process's first query.
+    if not isinstance(q, BBQQuantizer) or getattr(q, "arithmetic", "float64") != "float64":
         return False
     cls = type(q)
     if cls._query_codes is not BBQQuantizer._query_codes:
@@ -97,11 +104,16 @@ def rerank_finish(Qp, vectors, keys, rows, k: int, similarity: Similarity, reran
         valid = rows[:m] >= 0
         raw[0, :m] = np.where(valid, -keys[:m] if dist else keys[:m], pad)
         out_rows[0, :m] = np.where(valid, rows[:m], -1)
+    return finish_scores(raw, out_rows, similarity, pad, scores), out_rows
+
+
+def finish_scores(raw, out_rows, similarity: Similarity, pad: float, scores) -> np.ndarray:
+    """float32 [1, k] results from exact values ``raw`` of ``out_rows`` (``-1``: none)."""
     if scores == "raw":
-        return raw.astype(np.float32), out_rows
+        return raw.astype(np.float32)
     valid = out_rows >= 0
     values = scores_from_raw(similarity, np.where(valid, raw, 0.0))
-    return np.where(valid, values, pad).astype(np.float32), out_rows
+    return np.where(valid, values, pad).astype(np.float32)
 
 
 def _flat_state(q, codes):
@@ -157,19 +169,42 @@ def flat_search_one(index, queries, k, oversample, rerank, filter, scores):
     if state is False:
         return None
     sim = q.similarity_
-    Qp = prepared_query(x, sim)
-    if Qp is None:
-        return None
     centroid, width, docs, default = state
     oversample = default if oversample is None else check_oversample(oversample, default)
     n = docs[4]
     k = min(k, n)  # results have min(k, ntotal) columns, as the batch path's ``cap_k``
     depth = candidate_count(k, oversample, n) if rerank else min(k, n)
-    Qt = Qp if q.transform_ is None else q.transform_rows(Qp)
-    is_l2 = docs[7]
+    if q.transform_ is None:
+        return _flat_fused(index, x, sim, state, depth, vectors, rerank, k, scores)
+    Qp = prepared_query(x, sim)
+    if Qp is None:
+        return None
+    Qt = q.transform_rows(Qp)
     keys, rows = KO.flat_lut_one(
-        Qt, centroid, q.encoding_.query_bits, q.iters, q.lam, is_l2, width, *docs, _mask(index),
-        depth,
+        Qt, centroid, q.encoding_.query_bits, q.iters, q.lam, docs[7], width, *docs,
+        _mask(index), depth,
     )  # fmt: skip
     out, rows = rerank_finish(Qp, vectors, keys, rows, k, sim, rerank, scores)
     return out, index._ids.of_rows(rows)
+
+
+def _flat_fused(index, x, sim, state, depth, vectors, rerank, k, scores):
+    """Every step in one compiled call (one release of the GIL per query)."""
+    q = index.quantizer
+    centroid, width, docs, _ = state
+    cosine = sim is Similarity.COSINE
+    qp = np.empty_like(x) if cosine else x
+    pad = np.inf if sim.is_distance and scores == "raw" else -np.inf
+    rows_of = float_rows(vectors)  # not reranked: any float32 [n, d] array of that type
+    vectors = rows_of if rows_of is not None else np.empty((0, x.shape[0]), dtype=np.float32)
+    status, keys, rows, raw, out_rows = KO.flat_search_fused(
+        x, cosine, sim is Similarity.DOT_PRODUCT, MAX_SQ_NORM, UNIT_NORM_TOLERANCE, qp,
+        centroid, q.encoding_.query_bits, q.iters, q.lam, docs[7], width, *docs,
+        _mask(index), depth, vectors, bool(rerank), k, pad,
+    )  # fmt: skip
+    if status == 1:
+        return None  # the general path raises the error
+    if not rerank:
+        out, out_rows = rerank_finish(qp.reshape(1, -1), vectors, keys, rows, k, sim, False, scores)
+        return out, index._ids.of_rows(out_rows)
+    return finish_scores(raw, out_rows, sim, pad, scores), index._ids.of_rows(out_rows)

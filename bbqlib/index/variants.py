@@ -105,7 +105,7 @@ def ivf_variant(
     if query_bits != "keep":
         out.quantizer = index.quantizer.with_query_bits(query_bits)
     if store_vectors is not None:
-        out.store_vectors = check_store_vectors(store_vectors, kinds=("float32",))
+        out.store_vectors = check_store_vectors(store_vectors)
         out._segments = [ST.Segment(vectors)] if out.store_vectors else []
     for name, value in defaults.items():
         if name not in ("visit_percentage", "oversample"):

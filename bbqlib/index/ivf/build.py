@@ -320,22 +320,28 @@ def build(index, source: np.ndarray, show: bool) -> None:
     copy in the quantizer's space (a temporary file next to an index with a ``path``) is what
     is clustered and encoded.
     """
+    from ...scoring.stored import to_stored
     from . import storage as ST
 
     n, d = source.shape
     q = index.quantizer
+    kind = index.store_vectors
     q.fit(fit_sample(source, index.seed))
     batches = prepared_batches(index, source, show, "vectors")
     work = None
     if index.path is not None:
         index.path.mkdir(parents=True, exist_ok=True)
-        if index.store_vectors:
+        if kind == "float32":
             seg = ST.write_segment(index.path, batches, d)
             segments = [seg]
             if q.transform_ is None:
                 W = seg.array
             else:
                 W, work = work_file(index.path, seg.array, q.transform_rows, d)
+        elif kind:  # a float16 / int8 segment, then a float32 working copy (a second pass)
+            segments = [ST.write_segment(index.path, batches, d, kind=kind)]
+            again = prepared_batches(index, source, False, "vectors")
+            W, work = work_file(index.path, again, q.transform_rows, d)
         else:
             W, work = work_file(index.path, batches, q.transform_rows, d)
             segments = []
@@ -346,7 +352,7 @@ def build(index, source: np.ndarray, show: bool) -> None:
             stored[start : start + block.shape[0]] = block
             start += block.shape[0]
         W = q.transform_rows(stored)
-        segments = [ST.Segment(stored)] if index.store_vectors else []
+        segments = [ST.Segment(to_stored(stored, kind))] if kind else []
     try:
         index._ntotal = n
         index._segments = segments
@@ -375,6 +381,8 @@ def add_more(index, source: np.ndarray, show: bool) -> None:
     index._assign = np.concatenate([np.asarray(index._assign), assign])
     index._set_deleted(np.concatenate([index._deleted, np.zeros(n, dtype=bool)]))
     if index.store_vectors:
-        index._segments.append(ST.Segment(prepared))
+        from ...scoring.stored import to_stored
+
+        index._segments.append(ST.Segment(to_stored(prepared, index.store_vectors)))
     index._ntotal = n0 + n
     split_large_lists(index)

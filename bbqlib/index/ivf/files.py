@@ -2,7 +2,9 @@
 
 Format 3 stores the quantizer's state (``meta["quantizer"]`` and ``quantizer.*`` arrays) and
 the encoding's wire number of every list (``list_wire``); format 4 the caller's ids
-(``row_ids`` in the posting file when any id was given, ``next_id`` in the header).
+(``row_ids`` in the posting file when any id was given, ``next_id`` in the header); format 6
+the kind of the rerank vectors (``vector_dtype``: float32, float16 or int8 records) and the
+index's search defaults (``visit_percentage``, ``oversample``).
 Directories of formats 1 and 2 (BBQ only, the quantizer implied by ``encoding_wire``) and 3
 (ids = rows) still open and serve.
 """
@@ -44,6 +46,9 @@ def header_meta(index) -> dict:
         "seed": int(index.seed),
         "soar": index.soar,
         "store_vectors": bool(index.store_vectors),
+        "vector_dtype": index.store_vectors or None,
+        "visit_percentage": index.visit_percentage,
+        "oversample": index.oversample,
         "ntotal": index._ntotal,
         "n_lists": int(index._C.shape[0]),
         "n_entries": len(index._postings),

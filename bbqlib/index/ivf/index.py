@@ -5,50 +5,44 @@ of every vector to a second list, each copy coded against its own list's centroi
 quantizer. Search (:mod:`.plan`, :mod:`.scan`): rank lists by 7-bit centroid codes, visit
 them in order until the budget is spent, code the query against each visited list, score all
 visited lists of a batch in one numba kernel, de-duplicate SOAR copies, rerank on the float
-vectors. Files (:mod:`.files`, :mod:`.storage`): a directory of checksummed, memory-mapped
-files written atomically (``docs/ivf-format.md``).
+vectors (:mod:`.batch` for a batch of queries, :mod:`.single` for one). Writes
+(:mod:`.writes`, :mod:`.guarded`): ``add`` and ``delete`` replace state copy-on-write. Files
+(:mod:`.files`, :mod:`.storage`): a directory of checksummed, memory-mapped files written
+atomically (``docs/ivf-format.md``). The constructor's arguments: :mod:`.options`.
 """
 
 from __future__ import annotations
 
-import os
-import warnings
 from pathlib import Path
 
 import numpy as np
 
-from ..._kernels.policy import cap_threads, thread_scope, threads_for
+from ..._kernels.policy import thread_scope
 from ..._params import check_int
-from ..._validation import NotFittedError, cap_k, check_source
-from ...encoding import ENCODINGS
-from ...io.vectors import read_vectors
+from ..._validation import NotFittedError
 from ...quantizers import BBQQuantizer, Quantizer
-from ...scoring import candidate_count, check_oversample, check_scores, dedup_topk, finish
+from ...scoring import check_oversample
 from ...scoring.stored import check_store_vectors
 from ...similarity import Similarity
 from .._locks import IndexGuard
-from ..ids import RowIds, filter_rows
-from . import build as B
+from ..ids import RowIds
+from . import batch as S
 from . import files as F
 from . import plan as P
 from . import storage as ST
-from .filters import allowed_mask, allowed_per_list
+from . import writes as W
+from .batch import ENTRIES_PER_THREAD as ENTRIES_PER_THREAD  # moved; still importable here
 from .guarded import GuardedWrites
-from .scan import rerank_segments, scan_lists
+from .options import UNSET as _UNSET
+from .options import resolve_quantizer
 from .single import search_one as _one
+from .writes import AUTO_PROGRESS_ROWS as AUTO_PROGRESS_ROWS  # moved; still importable here
+from .writes import MAX_VECTORS
 
 __all__ = ["IVFIndex", "CLUSTER_SIZE_RANGE", "MAX_VECTORS"]
 
 #: Allowed ``cluster_size`` (spec §6.1).
 CLUSTER_SIZE_RANGE = (64, 65_536)
-#: Posting lists store int32 row numbers (the caller's int64 ids are mapped at the edges).
-MAX_VECTORS = 2**31 - 1
-#: Entries to visit per thread in a search (about 1 ms of work: ~25 ns per entry with the
-#: ranking and rerank around it); fewer run every kernel of the search on one thread.
-ENTRIES_PER_THREAD = 40_000
-#: Builds at least this large show a progress bar unless ``progress=False``.
-AUTO_PROGRESS_ROWS = 1_000_000
-_UNSET = object()
 
 
 class IVFIndex(GuardedWrites):
@@ -82,8 +76,11 @@ class IVFIndex(GuardedWrites):
         vectors are then served memory-mapped (only centroids stay in RAM).
     soar : bool, default True
         Spill every vector to its best secondary list (SOAR, lambda = 1).
-    store_vectors : "float32" or bool, default "float32"
-        Keep the float32 vectors for the exact rerank (and for re-clustering on growth).
+    store_vectors : {"float32", "float16", "int8"} or bool, default "float32"
+        Keep the vectors for the exact rerank (and for re-clustering on growth) as float32
+        (``True``, ``4·d`` bytes per vector), float16 (``2·d``) or int8 with a per-vector
+        scale (``d + 4``; :mod:`bbqlib.scoring.stored`), or not at all (``False``: searches
+        return quantized scores). The rerank scores the decoded rows exactly.
     visit_percentage, oversample : float, optional
         Defaults of :meth:`search` (``None``: the dynamic budget, the encoding's depth).
 
@@ -128,53 +125,15 @@ class IVFIndex(GuardedWrites):
         visit_percentage: float | None = None,
         oversample: float | None = None,
     ):
-        if isinstance(quantizer, (int, np.integer)) and not isinstance(quantizer, bool):
-            warnings.warn(
-                "IVFIndex(bits, similarity, cluster_size) is deprecated; pass "
-                "IVFIndex(bits=..., similarity=..., cluster_size=...) or a quantizer",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            if bits is not _UNSET:
-                raise TypeError("IVFIndex got bits both positionally and by keyword")
-            bits, quantizer = quantizer, None
-            if len(legacy) > 2:
-                raise TypeError("IVFIndex takes at most three positional arguments")
-            if legacy:
-                similarity = legacy[0]
-            if len(legacy) > 1:
-                cluster_size = legacy[1]
-        elif legacy:
-            raise TypeError("IVFIndex takes the quantizer as its only positional argument")
         options = {"bits": bits, "query_bits": query_bits, "similarity": similarity,
                    "precondition": precondition}  # fmt: skip
-        given = sorted(k for k, v in options.items() if v is not _UNSET)
-        if quantizer is None:
-            defaults = {"bits": 1, "query_bits": "auto", "similarity": "cosine",
-                        "precondition": None}  # fmt: skip
-            opts = {k: (defaults[k] if v is _UNSET else v) for k, v in options.items()}
-            quantizer = BBQQuantizer(seed=seed, **opts)
-            # A wrong bits / query_bits / similarity fails now, not after a long add().
-            quantizer._encoding_for_params()
-            quantizer.similarity_kind  # noqa: B018
-        elif not isinstance(quantizer, Quantizer):
-            raise TypeError(f"quantizer must be a bbqlib Quantizer, got {type(quantizer).__name__}")
-        elif "ivf" not in ENCODINGS.family(quantizer.family).indexes:
-            raise ValueError(
-                f"{type(quantizer).__name__} codes are served by FlatIndex only (their registry "
-                "rows list no 'ivf'); use bbqlib.FlatIndex"
-            )
-        elif given:
-            raise ValueError(
-                f"pass either a quantizer or {', '.join(given)}, not both: the quantizer "
-                "already sets them"
-            )
+        quantizer, cluster_size = resolve_quantizer(quantizer, legacy, options, seed, cluster_size)
         self.quantizer = quantizer
         self.cluster_size = check_int(cluster_size, "cluster_size", *CLUSTER_SIZE_RANGE)
         self.seed = check_int(seed, "seed", 0)
         self.path = None if path is None else Path(path)
         self.soar = bool(soar)
-        self.store_vectors = check_store_vectors(store_vectors, kinds=("float32",))
+        self.store_vectors = check_store_vectors(store_vectors)
         self.visit_percentage = P.check_visit_percentage(visit_percentage)
         self.oversample = None if oversample is None else check_oversample(oversample, 1.0)
         self._fitted = False
@@ -275,57 +234,20 @@ class IVFIndex(GuardedWrites):
         copied. On an index read from files, every posting list's CRC32 is checked before
         the lists are rewritten (once per open). Thread-safe (see the class notes).
         """
-        source = read_vectors(X, mmap=True) if isinstance(X, (str, os.PathLike)) else X
-        source = check_source(source, "X", dim=self.dim_ if self._fitted else None)
-        n = source.shape[0]
-        show = (n >= AUTO_PROGRESS_ROWS) if progress is None else bool(progress)
-        with self._writing(self.path):
-            if self.ntotal + n > MAX_VECTORS:
-                raise ValueError(f"an IVFIndex holds at most {MAX_VECTORS} vectors (int32 rows)")
-            F.check_row_ids(self)
-            new = self._row_ids.new_ids(ids, n, self._deleted if self._fitted else None)
-            work = self._clone()
-            if not work._fitted:
-                B.build(work, source, show)
-                work._fitted = True
-            else:
-                F.check_before_rewrite(work)  # damage must not get fresh checksums
-                B.add_more(work, source, show)
-            work._row_ids = work._row_ids.appended(new, n)
-            self._commit(work)
+        W.add_vectors(self, X, ids, progress)
 
     def _set_centroids(self, C: np.ndarray) -> None:
-        from ..clustering import parent_level
-
-        self._C = np.ascontiguousarray(C, dtype=np.float32)
-        parents = None
-        if self._C.shape[0] > P.PARENT_THRESHOLD:
-            parents = parent_level(
-                self._C, centroids_per_parent=P.CENTROIDS_PER_PARENT, seed=self.seed
-            )
-        self._table = P.centroid_table(self._C, self.similarity_.is_distance, parents=parents)
-        self._list_cc = self._table.cc
+        W.set_centroids(self, C)
 
     def _set_deleted(self, deleted: np.ndarray) -> None:
-        self._deleted = deleted
-        self._n_deleted = int(deleted.sum())
-        self._live_cache = None
-        self._live_per_list = None
+        W.set_deleted(self, deleted)
 
     def _primary_counts(self) -> np.ndarray:
-        return np.bincount(np.asarray(self._assign)[:, 0], minlength=self._C.shape[0])
+        return W.primary_counts(self)
 
     def _vectors_rows(self, rows: np.ndarray) -> np.ndarray:
-        """Stored float vectors of ascending ``rows`` (float32 copy)."""
-        out = np.empty((rows.size, self.dim_), dtype=np.float32)
-        start = 0
-        for seg in self._segments:
-            stop = start + len(seg)
-            lo, hi = np.searchsorted(rows, [start, stop])
-            seg.check_rows(rows[lo:hi] - start)  # block CRC32s, on the first read
-            out[lo:hi] = seg.array[rows[lo:hi] - start]
-            start = stop
-        return out
+        """Stored vectors of ascending ``rows``, decoded as float32 (a copy)."""
+        return W.vectors_rows(self, rows)
 
     # ------------------------------------------------------------------ deleting
     def delete(self, ids) -> None:
@@ -333,17 +255,7 @@ class IVFIndex(GuardedWrites):
 
         Raises ``ValueError`` naming ids that are not in the index or already deleted.
         """
-        self._check_fitted()
-        with self._writing(self.path):
-            F.check_row_ids(self)
-            rows = self._row_ids.rows_of(ids, self._deleted)
-            if rows.size == 0:
-                return
-            deleted = self._deleted.copy()
-            deleted[rows] = True
-            work = self._clone()
-            work._set_deleted(deleted)
-            self._commit(work)
+        W.delete_ids(self, ids)
 
     # ------------------------------------------------------------------ searching
     @thread_scope
@@ -388,73 +300,15 @@ class IVFIndex(GuardedWrites):
             return _one(self, queries, k, visit_percentage, oversample, rerank, filter, scores)
 
     def _search(self, queries, k, visit_percentage, oversample, rerank, filter, scores):
-        self._check_fitted()
-        F.check_row_ids(self)  # once per map: results are mapped through them
-        k = cap_k(k, self._ntotal)
-        check_scores(scores)
-        vp = P.check_visit_percentage(visit_percentage)
-        vp = self.visit_percentage if vp is None else vp
-        if rerank is None:
-            rerank = bool(self.store_vectors)
-        if rerank not in (True, False):
-            raise ValueError(f"rerank must be True or False, got {rerank!r}")
-        if rerank and not self.store_vectors:
-            raise ValueError(
-                "this index keeps no float vectors (store_vectors=False); search with rerank=False"
-            )
-        q = self.quantizer
-        sim = q.similarity_
-        Qp = q._validated(queries, "queries", allow_1d=True)
-        Qt = q.transform_rows(Qp)
-        nq = Qp.shape[0]
-        oversample = self.oversample if oversample is None else oversample
-        oversample = check_oversample(oversample, q.encoding_.default_oversample)
-        n_live = len(self)
-        depth = candidate_count(k, oversample, n_live) if rerank else min(k, n_live)
-        if depth == 0:
-            return self._finish(np.empty((nq, 0)), np.empty((nq, 0), np.int64), k, scores)
-        ratio = vp / 100.0 if vp is not None else P.dynamic_visit_ratio(self._ntotal, depth)
-        heap = 2 * depth
-        need = max(2.0 * ratio * self._ntotal, heap)
-        cap_threads(threads_for(nq * need, ENTRIES_PER_THREAD))  # small searches: one thread
-        allowed = self._allowed(filter)
-        sizes = self._postings.sizes
-        allowed_sizes = None
-        if allowed is not None:
-            if filter is None:  # tombstones only: per-list live counts change on delete/add
-                if self._live_per_list is None:
-                    self._live_per_list = allowed_per_list(self._postings, allowed)
-                allowed_sizes = self._live_per_list
-            else:
-                allowed_sizes = allowed_per_list(self._postings, allowed)
-        by_distance = sim is not Similarity.MAX_INNER_PRODUCT
-        plan = P.plan_batch(Qt, self._table, sizes, sim.is_distance, by_distance, ratio, need,
-                            heap, allowed_sizes)  # fmt: skip
-        keys, ids = scan_lists(q, self._postings, self._C, self._list_cc, Qt, plan, heap, allowed)
-        keys, ids = dedup_topk(keys, ids, depth)
-        entries = int(sizes[plan[0]].sum())
-        self.last_search_stats = {
-            "lists_visited": plan[0].size / nq,
-            "entries_scored": entries / nq,
-            "visited_fraction": entries / nq / max(1, 2 * self._ntotal),
-            "depth": depth,
-        }
-        if rerank:
-            keys, ids = rerank_segments(Qp, self._segments, ids, k, sim)
-        return self._finish(keys, ids, k, scores)
+        return S.search_batch(self, queries, k, visit_percentage, oversample, rerank, filter,
+                              scores)  # fmt: skip
 
     def _finish(self, keys, rows, k, scores):
-        out, rows = finish(keys, rows, k, self.similarity_, scores)
-        return out, self._row_ids.of_rows(rows)
+        return S.finish_rows(self, keys, rows, k, scores)
 
     def _allowed(self, filter) -> np.ndarray | None:
         """uint8 mask over rows (filter and not deleted), or None when everything is allowed."""
-        live = None
-        if self._n_deleted:
-            if self._live_cache is None:
-                self._live_cache = (~self._deleted).view(np.uint8)
-            live = self._live_cache
-        return allowed_mask(filter_rows(filter, self._row_ids), self._ntotal, live)
+        return S.allowed_rows(self, filter)
 
     # ------------------------------------------------------------------ files
     def save(self, path=None) -> Path:
@@ -493,8 +347,11 @@ class IVFIndex(GuardedWrites):
         """
         path = Path(path)
         meta, _, _, _ = ST.open_generation(path)
+        store = ST.vector_kind_of(meta) if meta["store_vectors"] else False
         index = cls(BBQQuantizer(), cluster_size=meta["cluster_size"], seed=meta["seed"],
-                    path=path, soar=meta["soar"], store_vectors=meta["store_vectors"])  # fmt: skip
+                    path=path, soar=meta["soar"], store_vectors=store,
+                    visit_percentage=meta.get("visit_percentage"),
+                    oversample=meta.get("oversample"))  # fmt: skip
         F.load_into(index, path)  # the stored quantizer replaces BBQQuantizer()
         index._fitted = True
         if preload:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...encoding import Encoding, padded_dim
-from ...scoring import EMPTY_ID, KERNELS, exact_mode, exact_values, rerank_keys, use_lut
+from ...scoring import EMPTY_ID, KERNELS, exact_mode, rerank_keys, use_lut
+from ...scoring.stored import stored_exact_values
 from ...similarity import Similarity
 from .postings import Postings
 
@@ -85,7 +86,9 @@ def scan_lists(quantizer, postings: Postings, centroids, list_cc, Qt, plan, heap
 
 
 def rerank_segments(Qp, segments, cand: np.ndarray, k: int, similarity: Similarity):
-    """Exact values of the candidates over the float vector segments; best ``k`` as keys."""
+    """Exact values of the candidates over the stored vector segments (float16 and int8
+    rows decoded as float32, :func:`bbqlib.scoring.stored.stored_exact_values`); best ``k``
+    as keys."""
     mode = exact_mode(similarity)
     raw = np.full(cand.shape, np.nan)
     start = 0
@@ -95,6 +98,6 @@ def rerank_segments(Qp, segments, cand: np.ndarray, k: int, similarity: Similari
         if inside.any():
             local = np.where(inside, cand - start, -1)
             seg.check_rows(local[inside])  # block CRC32s, on the first read of each block
-            raw = np.where(inside, exact_values(Qp, seg.array, local, mode), raw)
+            raw = np.where(inside, stored_exact_values(Qp, seg.array, local, mode), raw)
         start = stop
     return rerank_keys(raw, cand, k, similarity)

@@ -1,10 +1,13 @@
-"""Float vector segments of an IVF directory: ``vectors.<token>.npy`` files.
+"""Rerank vector segments of an IVF directory: ``vectors.<token>.npy`` files.
 
-Immutable float32 ``.npy`` files (rows of the index in id order, as given, normalized for
-cosine), memory-mapped for the exact rerank. The header records each segment's CRC32 and
-(since format 5) a CRC32 per block of :data:`~bbqlib.io.blocks.BLOCK_ROWS` rows, checked
-the first time a block is read (:meth:`Segment.check_rows`). Segments of older directories
-get their block checksums when a save first writes a format-5 header for them
+Immutable ``.npy`` files (rows of the index in row order, as given, normalized for cosine),
+memory-mapped for the exact rerank, of one of the kinds of :mod:`bbqlib.scoring.stored`
+(the header's ``vector_dtype``, format 6; float32 before): float32 ``<f4 [n, d]``, float16
+``<f2 [n, d]`` or int8 records ``[("scale", "<f4"), ("codes", "i1", (d,))] [n]``. The
+header records each segment's CRC32 and (since format 5) a CRC32 per block of
+:data:`~bbqlib.io.blocks.BLOCK_ROWS` rows over the stored bytes of that kind, checked the
+first time a block is read (:meth:`Segment.check_rows`). Segments of older directories get
+their block checksums when a save first writes a format-5 (or later) header for them
 (:func:`with_block_checksums`).
 """
 
@@ -21,6 +24,7 @@ import numpy as np
 from ...io.atomic import atomic_path
 from ...io.blocks import BLOCK_ROWS, BlockChecksums, BlockCRCWriter
 from ...io.errors import CorruptFileError
+from ...scoring.stored import stored_kind_of, to_stored, vector_dtype
 
 __all__ = ["Segment", "write_segment", "map_segment", "with_block_checksums"]
 
@@ -36,10 +40,11 @@ def _crc(arr: np.ndarray, crc: int = 0) -> int:
 
 @dataclass
 class Segment:
-    """A block of float vectors (rows ``start : start + len(array)`` of the index).
+    """A block of stored rerank vectors (rows ``start : start + len(array)`` of the index).
 
-    ``file`` is the segment's path once it is on disk (then ``array`` is a read-only memory
-    map of it) and ``crc32`` the CRC of its data bytes.
+    ``array`` is of one of the kinds of :mod:`bbqlib.scoring.stored`; ``file`` is the
+    segment's path once it is on disk (then ``array`` is a read-only memory map of it) and
+    ``crc32`` the CRC of its data bytes.
     """
 
     array: np.ndarray
@@ -50,19 +55,28 @@ class Segment:
     def __len__(self) -> int:
         return self.array.shape[0]
 
+    @property
+    def kind(self) -> str:
+        """``"float32"``, ``"float16"`` or ``"int8"`` (:mod:`bbqlib.scoring.stored`)."""
+        return stored_kind_of(self.array)
+
     def check_rows(self, rows: np.ndarray) -> None:
         """Check the block CRC32s of ``rows`` (local, >= 0) on their first read (files only)."""
         if self.blocks is not None:
             self.blocks.check(self.array, rows)
 
 
-def write_segment(directory: Path, batches, dim: int, *, expect_crc: int | None = None) -> Segment:
-    """Stream float32 batches into a new ``vectors.<token>.npy`` (atomic); return it mapped.
+def write_segment(
+    directory: Path, batches, dim: int, *, kind: str = "float32", expect_crc: int | None = None
+) -> Segment:
+    """Stream batches into a new ``vectors.<token>.npy`` of ``kind`` (atomic); return it mapped.
 
-    ``batches`` yields float32 [m, dim] C-contiguous arrays. The row count is not needed in
-    advance: the ``.npy`` header is rewritten at the end (its length does not change, NumPy
-    pads it to a fixed 64-byte multiple, and we reserve room for a 20-digit count). The CRC32
-    of the data and of every block of :data:`~bbqlib.io.blocks.BLOCK_ROWS` rows are recorded.
+    ``batches`` yields float32 [m, dim] rows (converted to ``kind`` here by
+    :func:`bbqlib.scoring.stored.to_stored`) or rows already of ``kind``. The row count is
+    not needed in advance: the ``.npy`` header is rewritten at the end (its length does not
+    change, NumPy pads it to a fixed 64-byte multiple, and we reserve room for a 20-digit
+    count). The CRC32 of the data and of every block of :data:`~bbqlib.io.blocks.BLOCK_ROWS`
+    rows (over the stored bytes of ``kind``) are recorded.
     ``expect_crc``: the CRC32 the copied rows must have (a stored segment copied elsewhere);
     on a mismatch nothing is written and ``CorruptFileError`` is raised.
     """
@@ -72,10 +86,13 @@ def write_segment(directory: Path, batches, dim: int, *, expect_crc: int | None 
     crc = 0
     blocks = BlockCRCWriter(BLOCK_ROWS)
     with atomic_path(name, lock=False) as tmp, open(tmp, "wb") as f:
-        header = _npy_header(10**19, dim)  # widest count: fixes the header length
+        header = _npy_header(10**19, dim, kind)  # widest count: fixes the header length
         f.write(header)
+        want = vector_dtype(kind, dim)
         for block in batches:
-            block = np.ascontiguousarray(block, dtype="<f4")
+            if block.dtype != want:
+                block = to_stored(np.asarray(block, dtype=np.float32), kind)
+            block = np.ascontiguousarray(block)
             crc = _crc(block, crc)
             blocks.update(block)
             f.write(block.tobytes())
@@ -85,11 +102,11 @@ def write_segment(directory: Path, batches, dim: int, *, expect_crc: int | None 
                 f"the vector segment being copied into {directory} fails its CRC32: its file "
                 "is corrupted; restore it or rebuild the index"
             )
-        new_header = _npy_header(rows, dim, pad_to=len(header))
+        new_header = _npy_header(rows, dim, kind, pad_to=len(header))
         f.seek(0)
         f.write(new_header)
     checks = BlockChecksums(blocks.finish(), BLOCK_ROWS, name)
-    return Segment(map_segment(name, rows, dim), name, crc, checks)
+    return Segment(map_segment(name, rows, dim, kind), name, crc, checks)
 
 
 def with_block_checksums(seg: Segment) -> Segment:
@@ -100,7 +117,7 @@ def with_block_checksums(seg: Segment) -> Segment:
     crc = 0
     blocks = BlockCRCWriter(BLOCK_ROWS)
     for start in range(0, len(seg), 65536):
-        block = np.ascontiguousarray(seg.array[start : start + 65536], dtype="<f4")
+        block = np.ascontiguousarray(seg.array[start : start + 65536])
         crc = _crc(block, crc)
         blocks.update(block)
     if seg.crc32 is not None and crc != int(seg.crc32):
@@ -124,15 +141,22 @@ def _advise_random(arr) -> None:
         m.madvise(mmap.MADV_RANDOM)
 
 
-def _npy_header(rows: int, dim: int, pad_to: int | None = None) -> bytes:
-    d = {"descr": "<f4", "fortran_order": False, "shape": (int(rows), int(dim))}
+def _shape(kind: str, rows: int, dim: int) -> tuple:
+    """The ``.npy`` shape of ``rows`` stored rows: int8 records are one row each."""
+    return (int(rows),) if kind == "int8" else (int(rows), int(dim))
+
+
+def _npy_header(rows: int, dim: int, kind: str = "float32", pad_to: int | None = None) -> bytes:
+    descr = np.lib.format.dtype_to_descr(vector_dtype(kind, dim))
+    d = {"descr": descr, "fortran_order": False, "shape": _shape(kind, rows, dim)}
     text = repr(d)
     total = pad_to if pad_to is not None else -(-(10 + len(text) + 1 + 32) // 64) * 64
     body = text + " " * (total - 10 - len(text) - 1) + "\n"
     return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode("latin1")
 
 
-def map_segment(path: Path, rows: int, dim: int) -> np.ndarray:
+def map_segment(path: Path, rows: int, dim: int, kind: str = "float32") -> np.ndarray:
+    """Memory-map a stored segment of ``rows`` rows of ``kind`` (checked: shape and dtype)."""
     if not path.exists():
         raise CorruptFileError(
             f"the IVF index at {path.parent} is incomplete: vector file {path.name} listed in "
@@ -149,9 +173,10 @@ def map_segment(path: Path, rows: int, dim: int) -> np.ndarray:
             f"vector file {path} is truncated or corrupted ({err}); restore it or rebuild"
         ) from None
     _advise_random(arr)
-    if arr.shape != (rows, dim) or arr.dtype != np.dtype("<f4"):
+    shape = _shape(kind, rows, dim)
+    if arr.shape != shape or arr.dtype != vector_dtype(kind, dim):
         raise CorruptFileError(
-            f"vector file {path} holds {arr.dtype} {arr.shape}, expected float32 "
-            f"({rows}, {dim}); the file does not belong to this index"
+            f"vector file {path} holds {arr.dtype} {arr.shape}, expected {kind} "
+            f"{shape}; the file does not belong to this index"
         )
     return arr.view(np.ndarray)

@@ -1,9 +1,16 @@
-"""``IVFIndex.search`` of one query in three compiled calls (plan, list scan, rerank).
+"""``IVFIndex.search`` of one query in one compiled call (prepare, plan, scan, rerank).
 
 See :mod:`bbqlib.index.single`: the fast path answers one float32 query when the quantizer
-scans with the lookup-table kernels, nothing is filtered or deleted and the float vectors
-are one float32 segment; otherwise it returns None and the batch path runs. The results and
-``last_search_stats`` are the batch path's.
+scans with the lookup-table kernels, nothing is filtered or deleted and the stored vectors
+are one segment; otherwise it returns None and the batch path runs. The results and
+``last_search_stats`` are the batch path's. Float16 and int8 rows (``store_vectors``) are
+decoded for the candidates only, after the scan, as the batch path's rerank decodes them.
+
+An index without a transform and without parent centroids answers in one call
+(:func:`bbqlib._kernels.single.ivf_search_fused`), which releases the GIL once per query;
+the others (float16 / int8 rows included), and a query whose lists or rows have unchecked
+CRC32s (an index opened from files, until each block has been read once), take the steps
+one call at a time.
 """
 
 from __future__ import annotations
@@ -11,17 +18,22 @@ from __future__ import annotations
 import numpy as np
 
 from ..._kernels import single as KO
+from ..._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE
 from ...encoding import padded_dim
 from ...quantizers.osq import DEFAULT_ITERS, DEFAULT_LAMBDA
 from ...scoring import SCORE_KINDS, candidate_count, check_oversample
+from ...scoring.stored import stored_rows
 from ...similarity import Similarity
-from ..single import float_rows, lut_osq, one_query, prepared_query, rerank_finish
+from ..single import finish_scores, float_rows, lut_osq, one_query, prepared_query, rerank_finish
 from . import files as F
 from . import plan as P
 
 __all__ = ["ivf_search_one", "search_one"]
 
 _EMPTY_MASK = np.empty(0, np.uint8)
+# The rows' block mask of float vectors without block CRC32s: one block beyond any row.
+_ALL_ROWS_OK = np.ones(1, dtype=bool)
+_ONE_BLOCK = np.int64(2**62)
 
 
 def _state(index):
@@ -123,11 +135,7 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
     if x is None:
         return None
     state = _state(index)
-    if state is False or (rerank and state["vectors"] is None):
-        return None
-    sim = q.similarity_
-    Qp = prepared_query(x, sim)
-    if Qp is None:
+    if state is False:
         return None
     enc = q.encoding_
     default = enc.default_oversample
@@ -143,6 +151,14 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
         ratio = visit_percentage / 100.0
     heap = 2 * depth
     need = max(2.0 * ratio * ntotal, heap)
+    sim = q.similarity_
+    pad = np.inf if sim.is_distance and scores == "raw" else -np.inf
+    decoded = rerank and state["vectors"] is None  # float16 / int8 rows: not in the fused call
+    if q.transform_ is None and not index._table.has_parents and not decoded:
+        return _fused(index, state, x, sim, k, pad, need, heap, depth, rerank, scores)
+    Qp = prepared_query(x, sim)
+    if Qp is None:
+        return None
     Qt = Qp if q.transform_ is None else q.transform_rows(Qp)
     table = index._table
     if table.has_parents:
@@ -150,20 +166,98 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
         lists = P.plan_batch(Qt, table, state["sizes"], is_l2, by_distance, ratio, need, heap)[0]
     else:
         lists = KO.ivf_plan_one(Qt, *state["plan"], float(need))
+    return _scan_finish(index, state, Qp, Qt, lists, k, heap, depth, rerank, scores)
+
+
+def _lists_ok(postings) -> np.ndarray:
+    """Per list: whether the CRC32 of what the scan reads has been checked."""
+    return postings._verified_blocks if postings.lut_crc is not None else postings._verified
+
+
+def _fused(index, state, x, sim, k, pad, need, heap, depth, rerank, scores):
+    """The steps in one compiled call. Where the call stops at a list or a block of rows
+    whose CRC32 is unchecked (an index opened from files, at its first read of them), the
+    check runs and the call is repeated: the same query, the same result, and no other
+    kernel to load at start-up."""
+    q = index.quantizer
+    enc = q.encoding_
+    cosine = sim is Similarity.COSINE
+    qp = np.empty_like(x) if cosine else x
+    blocks = state["segment"].blocks if rerank else None
+    rows_ok, block_rows = _ALL_ROWS_OK, _ONE_BLOCK
+    if blocks is not None:
+        rows_ok, block_rows = blocks._checked, blocks.block_rows
+    vectors = state["vectors"] if state["vectors"] is not None else state["C"]  # one type
     postings = index._postings
-    if not state["verified"]:
-        _check_lists(postings, lists, state)
-    keys, rows, entries = KO.ivf_lut_one(
-        Qt, state["C"], lists, enc.query_bits, q.lam, state["is_l2"], state["width"],
-        *state["docs"], heap, depth,
-    )  # fmt: skip
+    lists_ok = _lists_ok(postings)
+    for _ in range(3):  # the lists checked, then the rows, then done
+        status, lists, keys, rows, entries, raw, out_rows = KO.ivf_search_fused(
+            x, cosine, sim is Similarity.DOT_PRODUCT, MAX_SQ_NORM, UNIT_NORM_TOLERANCE, qp,
+            *state["plan"], float(need), state["C"], enc.query_bits, q.lam, state["is_l2"],
+            state["width"], *state["docs"], heap, depth, lists_ok, vectors, bool(rerank), k,
+            pad, rows_ok, block_rows,
+        )  # fmt: skip
+        if status == 1:
+            return None  # the general path raises the error
+        if status == 2:
+            _check_lists(postings, lists, state)  # marks them in ``lists_ok``, or raises
+        elif status == 3:
+            state["segment"].check_rows(rows[rows >= 0])  # marks their blocks in ``rows_ok``
+        else:
+            break
+    else:  # a check that did not mark what it checked: never expected, kept safe
+        Qp = qp.reshape(1, -1)
+        return _scan_finish(index, state, Qp, Qp, lists, k, heap, depth, rerank, scores)
+    _set_stats(index, lists, entries, depth)
+    if not rerank:
+        return _finish(index, state, qp.reshape(1, -1), keys, rows, k, sim, False, scores)
+    return finish_scores(raw, out_rows, sim, pad, scores), index._row_ids.of_rows(out_rows)
+
+
+def _set_stats(index, lists, entries, depth) -> None:
+    ntotal = index._ntotal
     index.last_search_stats = {
         "lists_visited": float(lists.size),
         "entries_scored": float(entries),
         "visited_fraction": entries / max(1, 2 * ntotal),
         "depth": depth,
     }
+
+
+def _scan_finish(index, state, Qp, Qt, lists, k, heap, depth, rerank, scores):
+    """Scan ``lists`` (their CRC32s checked first), rerank, finish."""
+    q = index.quantizer
+    postings = index._postings
+    if not state["verified"]:
+        _check_lists(postings, lists, state)
+    keys, rows, entries = KO.ivf_lut_one(
+        Qt, state["C"], lists, q.encoding_.query_bits, q.lam, state["is_l2"], state["width"],
+        *state["docs"], heap, depth,
+    )  # fmt: skip
+    _set_stats(index, lists, entries, depth)
+    return _finish(index, state, Qp, keys, rows, k, q.similarity_, rerank, scores)
+
+
+def _finish(index, state, Qp, keys, rows, k, sim, rerank, scores):
     if rerank and state["segment"].blocks is not None:  # block CRC32s at their first read
         state["segment"].check_rows(rows[rows >= 0])
-    out, rows = rerank_finish(Qp, state["vectors"], keys, rows, k, sim, rerank, scores)
+    if rerank and state["vectors"] is None:  # float16 / int8 rows
+        out, rows = _rerank_decoded(Qp, state["segment"].array, keys, rows, k, sim, scores)
+    else:
+        out, rows = rerank_finish(Qp, state["vectors"], keys, rows, k, sim, rerank, scores)
     return out, index._row_ids.of_rows(rows)
+
+
+def _rerank_decoded(Qp, stored, keys, rows, k, sim, scores):
+    """:func:`rerank_finish` over the candidates' stored rows decoded as float32 (float16,
+    int8 records: :func:`bbqlib.scoring.stored.stored_rows`, the values the batch path's
+    rerank scores). The candidates are renumbered in ascending row order, so ties between
+    rows keep their order."""
+    valid = rows >= 0
+    uniq = np.unique(rows[valid])
+    local = np.full(rows.shape, -1, dtype=rows.dtype)
+    local[valid] = np.searchsorted(uniq, rows[valid])
+    out, found = rerank_finish(Qp, stored_rows(stored, uniq), keys, local, k, sim, True, scores)
+    if uniq.size == 0:
+        return out, found
+    return out, np.where(found >= 0, uniq[np.maximum(found, 0)], -1)

@@ -6,7 +6,8 @@ See ``docs/ivf-format.md`` for the full description. In short::
     <dir>/header.<gen>.bbq         container "ivf_header": meta + centroids (small, read at open)
     <dir>/postings.<gen>.bbq       container "ivf_postings": codes, factors, rows, assignments,
                                    the caller's ids of the rows (format 4, when custom)
-    <dir>/vectors.<token>.npy      immutable float32 segments for the exact rerank
+    <dir>/vectors.<token>.npy      immutable segments of rerank vectors (float32, float16 or
+                                   int8 records: ``meta["vector_dtype"]``, format 6)
 
 A save writes every file of the new generation (each atomically: temporary file, fsync,
 rename), then swaps ``MANIFEST`` atomically, then deletes files no generation references.
@@ -43,6 +44,7 @@ from ...io.container import (
     write_container,
 )
 from ...packing import lut_block_starts
+from ...scoring.stored import VECTOR_KINDS
 from .segments import Segment, map_segment, with_block_checksums, write_segment
 
 __all__ = [
@@ -58,6 +60,7 @@ __all__ = [
     "save_generation",
     "open_generation",
     "verify_generation",
+    "vector_kind_of",
 ]
 
 MANIFEST = "MANIFEST"
@@ -70,8 +73,12 @@ MAGIC = "bbqlib-ivf"
 #: 5 a CRC32 per block of rows of every vector segment (``block_rows``, ``block_crc32`` in
 #: each ``vector_segments`` entry, required from 5 on). Formats 1 to 4 still open and serve
 #: (ids = rows before 4; their segments are checked whole by ``verify()`` until a save
-#: writes them a format-5 header, which computes their block checksums).
-FORMAT_VERSION = 5
+#: writes them a format-5 header, which computes their block checksums). 6 the kind of the
+#: vector segments (``vector_dtype`` in the header: ``"float32"``, ``"float16"``, ``"int8"``
+#: records of :mod:`bbqlib.scoring.stored`, or null; absent: float32), the block CRC32s
+#: over the stored bytes of that kind, and the search defaults (``visit_percentage``,
+#: ``oversample``). Formats 1 to 5 open with float32 vectors and no search defaults.
+FORMAT_VERSION = 6
 #: The first format whose segment entries must carry block checksums.
 BLOCK_CRC_FORMAT = 5
 HEADER_KIND = "ivf_header"
@@ -137,6 +144,14 @@ def list_crcs(postings: dict, list_start: np.ndarray, *, blocks: bool = False) -
 # --------------------------------------------------------------------------- generations
 
 
+def vector_kind_of(meta: dict) -> str:
+    """The kind of a header's vector segments (format 6 ``vector_dtype``; before: float32)."""
+    kind = meta.get("vector_dtype") or "float32"
+    if kind not in VECTOR_KINDS:
+        raise ValueError(f"unknown vector_dtype {kind!r}")
+    return kind
+
+
 def _read_manifest(directory: Path) -> dict | None:
     path = directory / MANIFEST
     try:
@@ -199,9 +214,10 @@ def save_generation(
             if seg.file is not None and seg.file.parent.resolve() == directory.resolve():
                 stored.append(with_block_checksums(seg))  # kept from format <= 4: add them
             else:
-                dim = seg.array.shape[1]
+                kind, dim = seg.kind, int(meta["dim"])
+                blocks = _blocks(seg.array)
                 stored.append(
-                    write_segment(directory, _blocks(seg.array), dim, expect_crc=seg.crc32)
+                    write_segment(directory, blocks, dim, kind=kind, expect_crc=seg.crc32)
                 )
         meta = dict(meta)
         meta["generation"] = generation
@@ -241,8 +257,8 @@ def _segment_entry(s: Segment) -> dict:
 
 
 def _blocks(arr: np.ndarray, rows: int = 65536):
-    for start in range(0, arr.shape[0], rows):
-        yield np.ascontiguousarray(arr[start : start + rows], dtype=np.float32)
+    for start in range(0, arr.shape[0], rows):  # rows of the stored kind, copied as they are
+        yield np.ascontiguousarray(arr[start : start + rows])
 
 
 def remove_temp_files_of(directory: Path) -> list[tuple[str, int]]:
@@ -343,6 +359,7 @@ def _open_once(directory: Path, manifest: dict):
             for s in meta["vector_segments"]
         ]
         dim = int(meta["dim"])
+        kind = vector_kind_of(meta)
     except (KeyError, TypeError, ValueError) as err:
         raise CorruptFileError(f"{header_path} is malformed (meta: {err!r})") from None
     if generation != manifest["generation"]:
@@ -377,7 +394,7 @@ def _open_once(directory: Path, manifest: dict):
     segments = []
     for name, rows, crc, entry in entries:
         path = directory / name
-        arr = map_segment(path, rows, dim)
+        arr = map_segment(path, rows, dim, kind)
         segments.append(Segment(arr, path, crc, BlockChecksums.from_meta(entry, rows, path)))
     return meta, header_arrays, postings, segments
 

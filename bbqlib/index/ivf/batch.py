@@ -1,0 +1,103 @@
+"""``IVFIndex.search`` of a batch of queries: validate, plan, scan, de-duplicate, rerank.
+
+The path of :meth:`bbqlib.IVFIndex.search` when the single-query path (:mod:`.single`)
+does not serve: validation of the search options, the visit budget (spec §6.7), the
+thread cap for small searches, the allowed-row mask (filter and tombstones), one
+:func:`.plan.plan_batch`, one :func:`.scan.scan_lists`, the SOAR de-duplication, the
+exact rerank on the stored vectors and :func:`bbqlib.scoring.finish`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..._kernels.policy import cap_threads, threads_for
+from ..._validation import cap_k
+from ...scoring import candidate_count, check_oversample, check_scores, dedup_topk, finish
+from ...similarity import Similarity
+from ..ids import filter_rows
+from . import files as F
+from . import plan as P
+from .filters import allowed_mask, allowed_per_list
+from .scan import rerank_segments, scan_lists
+
+__all__ = ["ENTRIES_PER_THREAD", "search_batch", "allowed_rows", "finish_rows"]
+
+#: Entries to visit per thread in a search (about 1 ms of work: ~25 ns per entry with the
+#: ranking and rerank around it); fewer run every kernel of the search on one thread.
+ENTRIES_PER_THREAD = 40_000
+
+
+def search_batch(index, queries, k, visit_percentage, oversample, rerank, filter, scores):
+    """``IVFIndex.search`` of any number of queries (under the caller's read lock)."""
+    index._check_fitted()
+    F.check_row_ids(index)  # once per map: results are mapped through them
+    k = cap_k(k, index._ntotal)
+    check_scores(scores)
+    vp = P.check_visit_percentage(visit_percentage)
+    vp = index.visit_percentage if vp is None else vp
+    if rerank is None:
+        rerank = bool(index.store_vectors)
+    if rerank not in (True, False):
+        raise ValueError(f"rerank must be True or False, got {rerank!r}")
+    if rerank and not index.store_vectors:
+        raise ValueError(
+            "this index keeps no float vectors (store_vectors=False); search with rerank=False"
+        )
+    q = index.quantizer
+    sim = q.similarity_
+    Qp = q._validated(queries, "queries", allow_1d=True)
+    Qt = q.transform_rows(Qp)
+    nq = Qp.shape[0]
+    oversample = index.oversample if oversample is None else oversample
+    oversample = check_oversample(oversample, q.encoding_.default_oversample)
+    n_live = len(index)
+    depth = candidate_count(k, oversample, n_live) if rerank else min(k, n_live)
+    if depth == 0:
+        return finish_rows(index, np.empty((nq, 0)), np.empty((nq, 0), np.int64), k, scores)
+    ratio = vp / 100.0 if vp is not None else P.dynamic_visit_ratio(index._ntotal, depth)
+    heap = 2 * depth
+    need = max(2.0 * ratio * index._ntotal, heap)
+    cap_threads(threads_for(nq * need, ENTRIES_PER_THREAD))  # small searches: one thread
+    allowed = allowed_rows(index, filter)
+    postings = index._postings
+    sizes = postings.sizes
+    allowed_sizes = None
+    if allowed is not None:
+        if filter is None:  # tombstones only: per-list live counts change on delete/add
+            if index._live_per_list is None:
+                index._live_per_list = allowed_per_list(postings, allowed)
+            allowed_sizes = index._live_per_list
+        else:
+            allowed_sizes = allowed_per_list(postings, allowed)
+    by_distance = sim is not Similarity.MAX_INNER_PRODUCT
+    plan = P.plan_batch(Qt, index._table, sizes, sim.is_distance, by_distance, ratio, need,
+                        heap, allowed_sizes)  # fmt: skip
+    keys, ids = scan_lists(q, postings, index._C, index._list_cc, Qt, plan, heap, allowed)
+    keys, ids = dedup_topk(keys, ids, depth)
+    entries = int(sizes[plan[0]].sum())
+    index.last_search_stats = {
+        "lists_visited": plan[0].size / nq,
+        "entries_scored": entries / nq,
+        "visited_fraction": entries / nq / max(1, 2 * index._ntotal),
+        "depth": depth,
+    }
+    if rerank:
+        keys, ids = rerank_segments(Qp, index._segments, ids, k, sim)
+    return finish_rows(index, keys, ids, k, scores)
+
+
+def finish_rows(index, keys, rows, k, scores):
+    """:func:`bbqlib.scoring.finish`, then rows mapped to the caller's ids."""
+    out, rows = finish(keys, rows, k, index.similarity_, scores)
+    return out, index._row_ids.of_rows(rows)
+
+
+def allowed_rows(index, filter) -> np.ndarray | None:
+    """uint8 mask over rows (filter and not deleted), or None when everything is allowed."""
+    live = None
+    if index._n_deleted:
+        if index._live_cache is None:
+            index._live_cache = (~index._deleted).view(np.uint8)
+        live = index._live_cache
+    return allowed_mask(filter_rows(filter, index._row_ids), index._ntotal, live)

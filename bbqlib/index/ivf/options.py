@@ -1,0 +1,69 @@
+"""The quantizer an :class:`~bbqlib.IVFIndex` is built with, from its constructor arguments.
+
+Either a quantizer (any family whose registry rows list ``"ivf"``) or the options of the
+default :class:`~bbqlib.BBQQuantizer` (``bits``, ``query_bits``, ``similarity``,
+``precondition``), never both; ``IVFIndex(bits, similarity, cluster_size)`` (bbqlib 0.1)
+still works with a ``DeprecationWarning``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from ...encoding import ENCODINGS
+from ...quantizers import BBQQuantizer, Quantizer
+
+__all__ = ["UNSET", "resolve_quantizer"]
+
+#: Marks an option the caller did not pass.
+UNSET = object()
+_DEFAULTS = {"bits": 1, "query_bits": "auto", "similarity": "cosine", "precondition": None}
+
+
+def resolve_quantizer(quantizer, legacy: tuple, options: dict, seed, cluster_size):
+    """``(quantizer, cluster_size)`` from ``IVFIndex.__init__``'s arguments.
+
+    ``options`` maps ``bits``, ``query_bits``, ``similarity`` and ``precondition`` to the
+    values passed, :data:`UNSET` where none was.
+    """
+    options = dict(options)
+    if isinstance(quantizer, (int, np.integer)) and not isinstance(quantizer, bool):
+        warnings.warn(
+            "IVFIndex(bits, similarity, cluster_size) is deprecated; pass "
+            "IVFIndex(bits=..., similarity=..., cluster_size=...) or a quantizer",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        if options["bits"] is not UNSET:
+            raise TypeError("IVFIndex got bits both positionally and by keyword")
+        options["bits"], quantizer = quantizer, None
+        if len(legacy) > 2:
+            raise TypeError("IVFIndex takes at most three positional arguments")
+        if legacy:
+            options["similarity"] = legacy[0]
+        if len(legacy) > 1:
+            cluster_size = legacy[1]
+    elif legacy:
+        raise TypeError("IVFIndex takes the quantizer as its only positional argument")
+    given = sorted(k for k, v in options.items() if v is not UNSET)
+    if quantizer is None:
+        opts = {k: (_DEFAULTS[k] if v is UNSET else v) for k, v in options.items()}
+        quantizer = BBQQuantizer(seed=seed, **opts)
+        # A wrong bits / query_bits / similarity fails now, not after a long add().
+        quantizer._encoding_for_params()
+        quantizer.similarity_kind  # noqa: B018
+    elif not isinstance(quantizer, Quantizer):
+        raise TypeError(f"quantizer must be a bbqlib Quantizer, got {type(quantizer).__name__}")
+    elif "ivf" not in ENCODINGS.family(quantizer.family).indexes:
+        raise ValueError(
+            f"{type(quantizer).__name__} codes are served by FlatIndex only (their registry "
+            "rows list no 'ivf'); use bbqlib.FlatIndex"
+        )
+    elif given:
+        raise ValueError(
+            f"pass either a quantizer or {', '.join(given)}, not both: the quantizer "
+            "already sets them"
+        )
+    return quantizer, cluster_size
