@@ -177,16 +177,18 @@ def _ask(request: dict, timeout: float, path) -> dict:
             worker.proc.stdin.write(json.dumps(request).encode() + b"\n")
             worker.proc.stdin.flush()
             line = _wait(worker.answers, timeout)
-        except queue.Empty:
-            worker.stop()
-            _worker = None
-            raise CorruptFileError(
-                f"{str(path)!r}: libhdf5 did not finish reading it within {timeout:.0f} s "
-                "(damaged HDF5 files can make it loop; its worker process was killed). If "
-                "the file is healthy and the machine very slow, pass a larger timeout="
-            ) from None
         except OSError:  # the worker died before reading the request
             line = None
+        except BaseException as exc:  # no answer in time, or interrupted: an answer may
+            worker.stop()  # still come, so this worker must not serve the next request
+            _worker = None
+            if isinstance(exc, queue.Empty):
+                raise CorruptFileError(
+                    f"{str(path)!r}: libhdf5 did not finish reading it within {timeout:.0f} s "
+                    "(damaged HDF5 files can make it loop; its worker process was killed). "
+                    "If the file is healthy and the machine very slow, pass a larger timeout="
+                ) from None
+            raise
         if line is None:
             code = worker.proc.wait()
             worker.stop()
@@ -195,10 +197,12 @@ def _ask(request: dict, timeout: float, path) -> dict:
             raise CorruptFileError(
                 f"{str(path)!r}: libhdf5 crashed reading it (its worker process: {how})"
             )
-    try:
-        return json.loads(line)
-    except ValueError:
-        raise CorruptFileError(f"{str(path)!r}: unreadable answer of the HDF5 worker") from None
+        try:
+            return json.loads(line)
+        except ValueError:
+            worker.stop()  # out of step with its requests
+            _worker = None
+            raise CorruptFileError(f"{str(path)!r}: unreadable answer of the HDF5 worker") from None
 
 
 def default_timeout(path) -> float:
