@@ -6,6 +6,7 @@ Parts (each writes ``<workdir>/calibrate-<part>.json``; ``render`` turns them in
 ``benchmarks/results/calibrate.md``)::
 
     python benchmarks/bench_calibrate.py shared     # both shared sets, flat and IVF
+    python benchmarks/bench_calibrate.py grid       # smart walk vs exhaustive grid, timed
     python benchmarks/bench_calibrate.py stores     # recall of float32 / float16 / int8 rerank
     python benchmarks/bench_calibrate.py synthetic  # 1M x 384 clustered, IVF
     python benchmarks/bench_calibrate.py sizing     # 1M: sizing vs disk and cgroup RSS (root)
@@ -143,17 +144,20 @@ def part_shared(args) -> None:
         for kind in args.indexes:
             key = f"{name} {kind}"
             log = _logger(key)
-            t0, c0 = time.perf_counter(), time.process_time()
-            rep = bbqlib.calibrate(ds.base, ds.queries[:CAL_QUERIES], similarity=ds.similarity,
-                                   k=K, target_recall=TARGET, index=kind)  # fmt: skip
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            log(f"wall {wall:.1f} s: {rep.chosen and rep.chosen.label()}")
             grid_splits = args.grid_splits if (kind == "flat" or "spacy" in name) else \
                 args.grid_splits_ivf_minilm  # fmt: skip
-            out[key] = {"n": ds.n, "d": ds.d, "similarity": ds.similarity, "wall_seconds": wall,
-                        "cpu_seconds": cpu, "wall_load": uptime(), "wall_timings": rep.timings,
-                        "wall_candidates": len(rep.candidates), "wall_chosen": _summary(rep.chosen),
-                        "wall_table": rep.table("markdown"), "splits": []}  # fmt: skip
+            out[key] = {**out.get(key, {}), "n": ds.n, "d": ds.d, "similarity": ds.similarity,
+                        "splits": []}  # fmt: skip
+            if not args.no_wall:  # the timed call (run it under the benchmark lock)
+                t0, c0 = time.perf_counter(), time.process_time()
+                rep = bbqlib.calibrate(ds.base, ds.queries[:CAL_QUERIES], k=K, index=kind,
+                                       similarity=ds.similarity, target_recall=TARGET)  # fmt: skip
+                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+                log(f"wall {wall:.1f} s: {rep.chosen and rep.chosen.label()}")
+                out[key].update(wall_seconds=wall, cpu_seconds=cpu, wall_load=uptime(),
+                                wall_timings=rep.timings, wall_candidates=len(rep.candidates),
+                                wall_chosen=_summary(rep.chosen),
+                                wall_table=rep.table("markdown"))  # fmt: skip
 
             def progress(rows, key=key):
                 out[key]["splits"] = rows
@@ -163,6 +167,38 @@ def part_shared(args) -> None:
             run_splits(ds.base, ds.queries, gt_ids, gt_scores, ds.similarity, kind,
                        splits=args.splits, grid_splits=grid_splits, log=log,
                        progress=progress)  # fmt: skip
+
+
+def part_grid(args) -> None:
+    """Smart walk against the exhaustive grid on the same 200 queries (split 0's), timed.
+
+    Each search runs on a fresh :class:`Calibrator` (nothing shared: the grid's time is what
+    a user would wait), ground truth from the data set's files for both.
+    """
+    out = _load(args.workdir, "grid") or {}
+    for name in args.datasets:
+        ds = _common.load_dataset(name, n_queries=None)
+        gt_ids, gt_scores = ds.gt_ids.astype(np.int64), ds.gt_scores
+        c_q = np.random.default_rng(0).permutation(len(ds.queries))[:CAL_QUERIES]
+        gt = (gt_ids[c_q], gt_scores[c_q])
+        for kind in args.indexes:
+            key = f"{name} {kind}"
+            row = {"n": ds.n, "d": ds.d, **out.get(key, {})}
+            for search in args.searches:
+                cal = Calibrator(ds.base, similarity=ds.similarity, index=kind, progress=False)
+                load0 = uptime()
+                t0, c0 = time.perf_counter(), time.process_time()
+                rep = cal.run(ds.queries[c_q], k=K, target_recall=TARGET, search=search,
+                              ground_truth=gt)  # fmt: skip
+                row[search] = {"seconds": time.perf_counter() - t0,
+                               "cpu_seconds": time.process_time() - c0,
+                               "load_before": load0, "load_after": uptime(),
+                               "candidates": len(rep.candidates),
+                               **_summary(rep.chosen)}  # fmt: skip
+                print(f"[{key}] {search}: {row[search]}", flush=True)
+                del cal, rep
+            out[key] = row
+            _dump(args.workdir, "grid", out)
 
 
 def part_stores(args) -> None:
@@ -311,6 +347,27 @@ def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).iterdir() if f.is_file())
 
 
+def _small_scale(base, queries, chosen, fields, n_small: int):
+    """The chosen IVF configuration built on a seeded ``n_small`` subsample and measured
+    there (list shape, build time, single-thread latency): what ``sizing`` scales from."""
+    from bbqlib.calibration import Configuration
+    from bbqlib.calibration.measure import timed_search
+
+    rows = np.sort(np.random.default_rng(0).choice(base.shape[0], n_small, replace=False))
+    sub = np.asarray(base[rows])
+    t0 = time.perf_counter()
+    index = chosen.build()
+    index.add(sub)
+    build = time.perf_counter() - t0
+    index.search(queries[:2], K)
+    _, seconds = timed_search(index, queries[:CAL_QUERIES], K)
+    epv = len(index._postings) / n_small
+    vpl = n_small / index.n_lists
+    return Configuration(**{**fields, "n_measured": n_small, "entries_per_vector": epv,
+                            "vectors_per_list": vpl, "build_seconds": build,
+                            "latency_ms": 1000.0 * seconds / CAL_QUERIES})  # fmt: skip
+
+
 def part_sizing(args) -> None:
     """Build the 1M calibrated configuration (IVF on disk, and its flat twin) and measure."""
     base, queries, gt_ids, gt_scores = _synthetic(args)
@@ -328,6 +385,13 @@ def part_sizing(args) -> None:
     np.save(qpath, queries[200:700])
     out = {"config": chosen.label(), "rows": []}
     import shutil
+
+    scaled = _small_scale(base, queries, chosen, fields, args.small)
+    out["small"] = {"n": args.small, "entries_per_vector": scaled.entries_per_vector,
+                    "vectors_per_list": scaled.vectors_per_list,
+                    "build_seconds": scaled.build_seconds,
+                    "latency_ms": scaled.latency_ms}  # fmt: skip
+    print("small-scale run:", out["small"], flush=True)
 
     for kind in ("ivf", "flat"):
         c = chosen if kind == "ivf" else Configuration(**{**fields, "index": "flat",
@@ -355,9 +419,14 @@ def part_sizing(args) -> None:
         build = time.perf_counter() - t0
         del index, small
         size = bbqlib.sizing(base.shape[0], base.shape[1], c)
+        c_small = scaled if kind == "ivf" else Configuration(**{  # bytes only (no flat timing)
+            **scaled.__dict__, "index": "flat", "visit_percentage": None, "latency_ms": None,
+            "build_seconds": None, "entries_per_vector": None,
+            "vectors_per_list": None})  # fmt: skip
+        size_small = bbqlib.sizing(base.shape[0], base.shape[1], c_small)
         m = _measure_serving(kind, path, warm, qpath, args.cap_mb)
         row = {"index": kind, "build_seconds": build, "disk": disk, "sizing": size.__dict__,
-               "serving": m, "load": uptime()}  # fmt: skip
+               "sizing_small": size_small.__dict__, "serving": m, "load": uptime()}  # fmt: skip
         print(json.dumps(row, default=str)[:2000], flush=True)
         out["rows"].append(row)
         _dump(wd, "sizing", out)
@@ -371,26 +440,46 @@ def _logger(prefix: str):
     return log
 
 
+def _merge_shared(found: list[dict]) -> dict:
+    """One entry per data set and index from several runs: the timed call's fields from the
+    newest run that has them, the splits of the run with the most splits."""
+    out: dict = {}
+    for part in found:
+        for key, r in part.items():
+            cur = out.setdefault(key, {"splits": []})
+            if "wall_seconds" in r:
+                cur.update({k: v for k, v in r.items() if k != "splits"})
+            else:
+                cur.update({k: v for k, v in r.items() if k not in ("splits",) and k not in cur})
+            if len(r.get("splits", [])) >= len(cur["splits"]):
+                cur["splits"] = r.get("splits", [])
+    return out
+
+
 def render(args) -> None:
     from render_calibrate import NOTES, render_markdown
 
-    parts = {p: _load(args.workdir, p) for p in ("shared", "stores", "synthetic", "sizing")}
+    parts = {p: _load(args.workdir, p) for p in ("stores", "synthetic", "sizing", "grid")}
+    found = [_load(args.workdir, "shared") or {}]
     for sub in sorted(p for p in args.workdir.iterdir() if p.is_dir()):
-        more = _load(sub, "shared")  # parts run in their own workdirs (--datasets)
-        if more:
-            parts["shared"] = {**(parts["shared"] or {}), **more}
+        found.append(_load(sub, "shared") or {})  # parts run in their own workdirs
+    for extra in args.shared_json or ():
+        found.insert(0, json.loads(Path(extra).read_text()))  # earlier runs first
+    parts["shared"] = _merge_shared(found)
     tables, notes = render_markdown(parts, TARGET, SLACK)
     _common.write_result(
         HERE / "results" / "calibrate.md",
         "Calibration: the cheapest configuration meeting recall@10 >= 0.95, measured",
-        "python benchmarks/bench_calibrate.py stores --workdir /work/tmp/calib\n"
-        "python benchmarks/bench_calibrate.py synthetic --splits 0 --workdir /work/tmp/calib\n"
-        "python benchmarks/bench_calibrate.py shared --datasets spacy-wordvec-300 --grid-splits 1 "
-        "--workdir /work/tmp/calib/spacy\n"
-        "python benchmarks/bench_calibrate.py shared --datasets debian-minilm-384 --grid-splits 1 "
-        "--grid-splits-ivf-minilm 1 --workdir /work/tmp/calib/debian\n"
-        "python benchmarks/bench_calibrate.py sizing --workdir /work/tmp/calib   # root: cgroup\n"
-        "python benchmarks/bench_calibrate.py render --workdir /work/tmp/calib",
+        "python benchmarks/bench_calibrate.py stores --workdir W\n"
+        "python benchmarks/bench_calibrate.py shared --datasets spacy-wordvec-300 --grid-splits 0 "
+        "--workdir W/spacy   # and --indexes ivf, --workdir W/spacy_ivf\n"
+        "python benchmarks/bench_calibrate.py shared --datasets debian-minilm-384 --indexes flat "
+        "--no-wall --grid-splits 0 --workdir W/debian\n"
+        "flock /work/notes/bench.lock python benchmarks/bench_calibrate.py synthetic --splits 0 "
+        "--workdir W\n"
+        "flock /work/notes/bench.lock python benchmarks/bench_calibrate.py grid --workdir W/grid\n"
+        "python benchmarks/bench_calibrate.py sizing --workdir W   # root: cgroup v1\n"
+        "python benchmarks/bench_calibrate.py render --workdir W [--shared-json earlier.json ...]",
         tables,
         [*NOTES, *notes],
     )
@@ -398,8 +487,8 @@ def render(args) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("part", choices=("shared", "stores", "synthetic", "sizing", "render",
-                                    "serve"))  # fmt: skip
+    p.add_argument("part", choices=("shared", "grid", "stores", "synthetic", "sizing",
+                                    "render", "serve"))  # fmt: skip
     p.add_argument("--workdir", type=Path, default=Path("/tmp/bbqlib-calibrate"))
     p.add_argument("--splits", type=int, default=SPLITS)
     p.add_argument("--grid-splits", type=int, default=3)
@@ -407,14 +496,28 @@ def main() -> int:
     p.add_argument("--indexes", nargs="+", default=["flat", "ivf"])
     p.add_argument("--datasets", nargs="+", default=["spacy-wordvec-300", "debian-minilm-384"])
     p.add_argument("--n", type=int, default=1_000_000)
+    p.add_argument(
+        "--no-wall",
+        action="store_true",
+        help="shared: skip the timed calibration, run only the splits and grids",
+    )
     p.add_argument("--cap-mb", type=int, default=4096)
+    p.add_argument(
+        "--searches",
+        nargs="+",
+        default=["smart", "grid"],
+        help="grid: which searches (full-grid: every bytes group)",
+    )
+    p.add_argument("--shared-json", nargs="*", help="render: earlier shared results")
+    p.add_argument("--small", type=int, default=100_000, help="sizing: small-scale n")
     p.add_argument("--kind", default="ivf")
     p.add_argument("--index")
     p.add_argument("--warm")
     p.add_argument("--queries")
     args = p.parse_args()
-    parts = {"shared": part_shared, "stores": part_stores, "synthetic": part_synthetic,
-             "sizing": part_sizing, "render": render, "serve": serve}  # fmt: skip
+    parts = {"shared": part_shared, "grid": part_grid, "stores": part_stores,
+             "synthetic": part_synthetic, "sizing": part_sizing, "render": render,
+             "serve": serve}  # fmt: skip
     return parts[args.part](args) or 0
 
 

@@ -449,6 +449,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sections", default=",".join(SECTIONS))
     ap.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
     ap.add_argument("--no-1m", action="store_true", help="latency: debian only, no 1M set")
+    ap.add_argument("--no-debian", action="store_true", help="latency: the 1M set only")
     ap.add_argument("--workdir", default="/tmp/bbqlib-serving", help="latency: 1M data cache")
     ap.add_argument("--out", default=str(RESULT))
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)

@@ -53,9 +53,10 @@ def _recall(ids, gt) -> float:
     return float(np.mean([len(set(a[:10]) & set(b[:10])) / 10 for a, b in pairs]))
 
 
-def _datasets(one_million: bool, workdir: Path):
-    ds = _common.load_dataset("debian-minilm-384", N_QUERIES)
-    yield "debian-minilm-384 (60,710)", ds.base, ds.queries, ds.gt_ids[:, :10]
+def _datasets(one_million: bool, workdir: Path, debian: bool = True):
+    if debian:
+        ds = _common.load_dataset("debian-minilm-384", N_QUERIES)
+        yield "debian-minilm-384 (60,710)", ds.base, ds.queries, ds.gt_ids[:, :10]
     if not one_million:
         return
     from _synthetic import make_clustered
@@ -253,7 +254,9 @@ def latency_section(args) -> tuple[list[str], list[str]]:
     rounds = 1 if args.quick else 3
     workdir = Path(getattr(args, "workdir", "/tmp/bbqlib-serving"))
     with _common.single_thread():
-        for label, X, Q, gt in _datasets(not getattr(args, "no_1m", False), workdir):
+        for label, X, Q, gt in _datasets(
+            not getattr(args, "no_1m", False), workdir, not getattr(args, "no_debian", False)
+        ):
             print(f"  {label}: building", flush=True)
             with _common.threads(BUILD_THREADS if len(X) > 100_000 else 1):
                 systems = _systems(X)

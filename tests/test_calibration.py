@@ -67,8 +67,14 @@ def test_smart_walk_finds_the_grids_cheapest(data):
     cal = Calibrator(X, similarity="euclidean", space=SMALL)
     smart = cal.run(Q, k=10, target_recall=0.9)
     grid = cal.run(Q, k=10, target_recall=0.9, search="grid")
-    assert grid.search == "grid" and len(grid.candidates) > len(smart.candidates)
+    assert grid.search == "grid" and len(grid.candidates) >= len(smart.candidates)
     assert smart.chosen.bytes_per_vector == grid.chosen.bytes_per_vector
+    # The grid stops after the first bytes group that meets the target: the same answer as
+    # measuring every group (measurements are remembered, so the full grid costs little here).
+    full = cal.run(Q, k=10, target_recall=0.9, search="full-grid")
+    assert len(full.candidates) > len(grid.candidates)
+    assert max(c.bytes_per_vector for c in grid.candidates) <= grid.chosen.bytes_per_vector
+    assert full.chosen.bytes_per_vector == grid.chosen.bytes_per_vector
 
 
 def test_chosen_builds_the_index_it_measured(flat_report, data):

@@ -44,18 +44,25 @@ def data():
 @pytest.fixture(scope="module")
 def client():
     import cloudpickle
+    import dask
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    cluster = distributed.LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=None,
-        env={"NUMBA_NUM_THREADS": "1"},
-    )
-    with distributed.Client(cluster) as c:
-        yield c
-    cluster.close()
+    # When a worker process dies (the kill test), its nanny starts a new one; but if that
+    # one has not registered within ``lost-worker-timeout`` (15 s; a loaded machine can take
+    # longer to start an interpreter with Dask and numba), LocalCluster closes the nanny for
+    # good, and the module's cluster keeps one worker (the kill test's wait for 2 workers
+    # then fails: seen in 2 of 5 repeats at load 12).
+    with dask.config.set({"distributed.deploy.lost-worker-timeout": "10 minutes"}):
+        cluster = distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            env={"NUMBA_NUM_THREADS": "1"},
+        )
+        with distributed.Client(cluster) as c:
+            yield c
+        cluster.close()
 
 
 def _recall(ids, gt) -> float:
@@ -165,6 +172,8 @@ def test_build_writes_what_the_local_writer_writes(built, data, tmp_path):
             assert want[name].dtype == got[name].dtype, name
             assert np.array_equal(want[name], got[name]), name
     assert [(len(s), s.crc32) for s in seg_a] == [(len(s), s.crc32) for s in seg_b]
+    # block CRC32s joined from the partitions' pieces (700-row partitions, 4,096-row blocks)
+    assert [s.blocks.crcs.tolist() for s in seg_a] == [s.blocks.crcs.tolist() for s in seg_b]
     assert np.array_equal(seg_a[0].array, seg_b[0].array)
     ST.verify_generation(built)
     ref = bbqlib.IVFIndex.open(tmp_path / "ref")
@@ -334,6 +343,8 @@ def test_errors_name_the_parameter(data, tmp_path):
         build_ivf(X, tmp_path / "x", ids=np.zeros(N, np.int64))
     with pytest.raises(TypeError, match="dask.array"):
         build_ivf(object(), tmp_path / "x")
+    with pytest.raises(ValueError, match="store_vectors"):
+        build_ivf(X, tmp_path / "x", store_vectors="float16")
     with pytest.raises(ValueError, match="fitted"):
         encode(bbqlib.BBQQuantizer(), X)
     assert not (tmp_path / "x").exists()
@@ -390,3 +401,20 @@ def test_assigner_walk_finds_the_nearest_centroid():
     assert worse.min() >= 0 and np.mean(worse) < 0.02 * np.mean(d(np.arange(6000), exact))
     assert np.array_equal(a.nearest(W, exact), exact)  # a right start stays put
     assert np.array_equal(a.soar(W, exact, 1.0), soar_assign(W, C, exact))
+
+
+def test_block_checksums_joined_from_partition_pieces():
+    """The vector file's block CRC32s, joined on the driver from each partition's pieces,
+    equal those of the whole matrix (blocks spanning 1-3 partitions, uneven partitions)."""
+    from bbqlib.distributed._tasks import block_crc_pieces
+    from bbqlib.distributed.build import _join_blocks
+    from bbqlib.io.blocks import BlockChecksums
+
+    rows = np.random.default_rng(3).normal(size=(1000, 5)).astype("<f4")
+    cuts = [0, 7, 64, 65, 300, 301, 1000]
+    results = [{"blocks_crc": block_crc_pieces(rows[a:b], a, block_rows=64)}
+               for a, b in zip(cuts[:-1], cuts[1:], strict=True)]  # fmt: skip
+    want = BlockChecksums.of(rows, 64).crcs
+    assert np.array_equal(_join_blocks(results, 1000, block_rows=64), want)
+    with pytest.raises(RuntimeError, match="do not cover"):
+        _join_blocks(results[:-1], 1000, block_rows=64)

@@ -17,6 +17,7 @@ import bbqlib
 from bbqlib import CorruptFileError
 from bbqlib.index.ivf import storage as ST
 from bbqlib.io import atomic
+from bbqlib.io.blocks import BLOCK_ROWS
 from bbqlib.io.container import read_container, write_container
 
 # ------------------------------------------------------------------ temporary files, locks
@@ -208,7 +209,9 @@ def test_zeroed_vector_row_is_caught_on_first_read(tmp_path):
         f.seek(data_start + 700 * X.shape[1] * 4)
         f.write(bytes(X.shape[1] * 4))
     index = bbqlib.IVFIndex.open(where)
-    with pytest.raises(CorruptFileError, match=rf"{seg.name} is corrupted: rows 0 to 1199"):
+    lo = 700 // BLOCK_ROWS * BLOCK_ROWS
+    hi = min(lo + BLOCK_ROWS, 1200) - 1
+    with pytest.raises(CorruptFileError, match=rf"{seg.name} is corrupted: rows {lo} to {hi}"):
         index.search(X[700], 3, visit_percentage=100.0)
 
 

@@ -19,10 +19,12 @@ results are bit for bit the batch path's:
 * :func:`rerank_dots` / :func:`rerank_sqdists`: the exact kernel's serial body
   (:mod:`bbqlib._kernels.rerank`) over the candidates, then the best ``k`` by (key desc,
   row asc) as ``rerank_keys`` + ``finish`` give them (:func:`best_k` alone);
-* :func:`ivf_search_fused` / :func:`flat_search_fused`: all of a query's steps in one
-  call. Two Python threads issuing single queries scale only when a query releases the
-  GIL once: each short ``nogil`` call is a GIL hand-off, and a thread leaving a 10 µs
-  kernel waits for the other thread's Python to reach its next release.
+* :func:`ivf_search_fused`: all of an IVF query's steps in one call. Two Python threads
+  issuing single queries scale only when a query releases the GIL once: each short
+  ``nogil`` call is a GIL hand-off, and a thread leaving a 10 µs kernel waits for the
+  other thread's Python to reach its next release. (A flat query is one long scan, so its
+  three calls stay apart: fused, its first call compiled 7.5 s instead of 3.2 s on an
+  empty kernel cache, and loaded no faster.)
 
 ``tests/reference/single.py`` is the NumPy reference.
 """
@@ -49,7 +51,6 @@ __all__ = [
     "rerank_dots",
     "rerank_sqdists",
     "ivf_search_fused",
-    "flat_search_fused",
 ]
 
 EMPTY_ID = KS.EMPTY_ID
@@ -347,34 +348,3 @@ def ivf_search_fused(
     else:
         raw, out_rows = rerank_dots(q2, vectors, rows, k, pad)
     return 0, lists, keys, rows, entries, raw, out_rows
-
-
-@kernel
-def flat_search_fused(
-    x, cosine, unit_only, max_sq, unit_tol, qp,
-    centroid, bits, iters, lam, euclidean, width, blocks, cols, planes, pairs, n, dim, cc,
-    is_l2, allowed, depth, vectors, rerank, k, pad,
-):  # fmt: skip
-    """One flat query in one call: :func:`prepare_one` into ``qp``, :func:`flat_lut_one`
-    and with ``rerank`` the exact :func:`rerank_sqdists` (``is_l2``) or :func:`rerank_dots`.
-
-    Returns ``(status, keys, rows, raw, out_rows)``: status 0 done (``raw``/``out_rows``
-    [1, k] when reranked), 1 the query breaks a rule (as :func:`ivf_search_fused`).
-    """
-    none_raw = np.empty((1, 0), dtype=np.float64)
-    none_rows = np.empty((1, 0), dtype=np.int64)
-    sq = prepare_one(x, cosine, qp)
-    if not sq <= max_sq or (cosine and sq == 0.0) or (unit_only and abs(sq - 1.0) > unit_tol):
-        return 1, np.empty(0, dtype=np.float64), np.empty(0, dtype=np.int64), none_raw, none_rows
-    q2 = qp.reshape((1, qp.shape[0]))
-    keys, rows = flat_lut_one(
-        q2, centroid, bits, iters, lam, euclidean, width, blocks, cols, planes, pairs, n, dim,
-        cc, is_l2, allowed, depth,
-    )  # fmt: skip
-    if not rerank:
-        return 0, keys, rows, none_raw, none_rows
-    if is_l2:
-        raw, out_rows = rerank_sqdists(q2, vectors, rows, k, pad)
-    else:
-        raw, out_rows = rerank_dots(q2, vectors, rows, k, pad)
-    return 0, keys, rows, raw, out_rows

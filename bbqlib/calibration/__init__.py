@@ -49,6 +49,7 @@ __all__ = [
 ]
 
 _INDEXES = ("flat", "ivf", "auto")
+_SEARCHES = ("smart", "grid", "full-grid")
 #: Bases of at least this many vectors are screened on a subsample first (search.py).
 SCREEN_ROWS = 400_000
 _METRIC = {"euclidean": "l2", "cosine": "cosine"}
@@ -201,8 +202,8 @@ class Calibrator:
         k = check_int(k, "k", 1, self.X.shape[0])
         if not 0.0 < float(target_recall) <= 1.0:
             raise ValueError(f"target_recall must be in (0, 1], got {target_recall!r}")
-        if search not in ("smart", "grid"):
-            raise ValueError(f"search must be 'smart' or 'grid', got {search!r}")
+        if search not in _SEARCHES:
+            raise ValueError(f"search must be one of {_SEARCHES}, got {search!r}")
         n = self.X.shape[0] if n is None else check_int(n, "n", 1)
         Q = check_vectors(queries, "queries", dim=self.X.shape[1], allow_1d=True)
         tg = time.perf_counter()
@@ -220,8 +221,9 @@ class Calibrator:
             )
             points = code_points(self.space, kind, stores)
             kw = dict(max_bytes=max_bytes_per_vector, max_latency=max_latency_ms, log=log)
-            if search == "grid":
-                t, best = grid_search(engine, points, float(target_recall), **kw)
+            if search != "smart":
+                t, best = grid_search(engine, points, float(target_recall),
+                                      complete=search == "full-grid", **kw)  # fmt: skip
             else:
                 screen = self._screen(kind, Q, k)
                 t, best = smart_search(engine, points, float(target_recall), screen=screen, **kw)
@@ -303,8 +305,10 @@ def calibrate(
         Seeds quantizers, clustering and the query sample.
     n_queries : int
         Queries sampled from ``X`` when ``queries`` is None.
-    search : {"smart", "grid"}
-        The pruned walk or every point at every setting (:mod:`bbqlib.calibration.search`).
+    search : {"smart", "grid", "full-grid"}
+        The pruned walk, or every point at every setting (:mod:`bbqlib.calibration.search`):
+        ``"grid"`` in groups of equal bytes up to the first that meets the target (the same
+        answer), ``"full-grid"`` every group.
     space : sequence of FamilySpace, optional
         Families to try (default :data:`SPACE`).
     cluster_size : int

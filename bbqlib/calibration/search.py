@@ -35,7 +35,9 @@ never tried; the probe uses the smallest budget whose coverage reaches ``1 - (1 
 target) / 4`` and falls back to visiting everything when the probe misses by less than the
 coverage it left out.
 
-:func:`grid_search` measures every point at every setting (the exhaustive reference).
+:func:`grid_search` measures every point at every setting (the exhaustive reference), in
+groups of equal bytes from the cheapest up, and stops after the first group that meets the
+target (``search="full-grid"`` measures every group).
 """
 
 from __future__ import annotations
@@ -268,18 +270,32 @@ def _with_screen(walk, sieve) -> list:
     return out + [(walk.e, t) for t in walk.trials]
 
 
-def grid_search(engine, points, target, *, max_bytes=None, max_latency=None, log=print):
-    """Every point at every setting; returns ``(trials, cheapest trial or None)``."""
+def grid_search(engine, points, target, *, max_bytes=None, max_latency=None, log=print,
+                complete: bool = False):  # fmt: skip
+    """Every point at every setting; returns ``(trials, cheapest trial or None)``.
+
+    The points are measured in groups of equal bytes, cheapest first, every setting of every
+    point of a group (no pruning, no assumption that recall grows with the oversample or
+    the visit budget). Once a group holds a setting that meets the target, no more
+    expensive group can hold the cheapest configuration, so the grid stops there (the
+    answer is the same as measuring everything); ``complete=True`` measures every group.
+    """
     trials = []
+    by_bytes: dict = {}
     for p in points:
         b = engine.bytes_per_vector(p)
-        if max_bytes is not None and round(b, 1) > max_bytes:
-            continue
-        overs = OVERSAMPLES if p.store else (None,)
-        visits = VISITS if engine.kind == "ivf" else (None,)
-        for o in overs:
-            for v in visits:
-                trials.append(Trial(p, o, v, engine.measure(p, o, v), b, "grid"))
+        if max_bytes is None or round(b, 1) <= max_bytes:
+            by_bytes.setdefault(round(b, 1), []).append((p, b))
+    for group in sorted(by_bytes):
+        for p, b in by_bytes[group]:
+            overs = OVERSAMPLES if p.store else (None,)
+            visits = VISITS if engine.kind == "ivf" else (None,)
+            for o in overs:
+                for v in visits:
+                    trials.append(Trial(p, o, v, engine.measure(p, o, v), b, "grid"))
+        if not complete and cheapest(trials, target, max_latency) is not None:
+            log(f"grid: {group:.0f} B/vector meets the target; more expensive groups skipped")
+            break
     best = cheapest(trials, target, max_latency)
     if best is not None:
         best.chosen = True

@@ -30,6 +30,14 @@ IVF index (on disk, memory-mapped; only centroids and small tables in anonymous 
 * latency at the same ``visit_percentage`` grows linearly with ``n`` (the entries scanned
   do); build time as ``n · log(n / cluster_size)`` (hierarchical k-means levels).
 
+``entries_per_vector`` is taken as measured and not scaled, but SOAR spills more vectors
+when lists are denser: on 1M x 384 synthetic clustered vectors it was 1.28 for a build on
+a 100,000-vector subsample and 1.59 for the whole (``benchmarks/results/calibrate.md``), so
+an IVF sized from a run at a tenth of ``n`` under-states disk and RAM by about 20%. Size
+from a configuration measured at (or near) the target ``n``: :func:`bbqlib.calibrate` on
+the whole base measures the list shape there (within 1% of the disk and 2% of the RSS
+growth at 1M).
+
 The Python interpreter, NumPy and the loaded numba kernels (about 170 MB on Linux x86-64,
 ``benchmarks/results/ivf_memory.md``) are not counted: sizes are what the index adds.
 """

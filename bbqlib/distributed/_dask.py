@@ -8,10 +8,23 @@ the driver; without a client they run one after another in this process.
 
 from __future__ import annotations
 
+import functools
 import os
+import pickle
+import secrets
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["require", "resolve_client", "broadcast", "run_tasks", "WORKER_ENV"]
+__all__ = [
+    "require",
+    "resolve_client",
+    "broadcast",
+    "shared_value",
+    "SharedFile",
+    "run_tasks",
+    "WORKER_ENV",
+]
 
 #: Environment for worker processes: one numba / BLAS thread each (a worker is one core).
 WORKER_ENV = {
@@ -52,16 +65,43 @@ def resolve_client(client):
         return None
 
 
-def broadcast(client, obj):
-    """``obj`` as a future on the cluster (copied to each worker that needs it, once), or
-    ``obj`` itself without a client.
+@dataclass(frozen=True)
+class SharedFile:
+    """A handle to an object that :func:`broadcast` pickled into the build's staging
+    directory; a task gets the object with :func:`shared_value` (read once per worker)."""
 
-    Not ``scatter(broadcast=True)``: that waits for every worker the scheduler lists, and it
-    hung the build when a worker had just died and its nanny was starting a new one.
+    path: str
+
+
+def broadcast(client, obj, staging):
+    """``obj`` for every task of a stage: pickled once into ``staging`` (a directory every
+    worker sees) and read once per worker process, or ``obj`` itself without a client.
+
+    Not a scattered future: a scattered object lives only in worker memory, so when the
+    worker holding the one copy dies before the others fetched it, the scheduler cannot
+    rebuild it and every task that needs it fails (a rare failure of the worker-kill test).
+    A file survives any worker. Not ``scatter(broadcast=True)`` either: that waits for
+    every worker the scheduler lists, and it hung when a worker had just died.
     """
     if client is None:
         return obj
-    return client.scatter(obj, hash=False)
+    path = Path(staging) / f"shared.{secrets.token_hex(8)}.pkl"
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, path)
+    return SharedFile(str(path))
+
+
+@functools.lru_cache(maxsize=2)
+def _load(path: str):
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def shared_value(obj):
+    """Inside a task: the object behind a :class:`SharedFile`, else ``obj`` itself."""
+    return _load(obj.path) if isinstance(obj, SharedFile) else obj
 
 
 class _NoBar:
@@ -93,7 +133,7 @@ def run_tasks(
     """``[fn(*a) for a in args]``, on the cluster when ``client`` is given.
 
     Arguments may be Dask collections (e.g. one block of a ``dask.array`` from
-    ``to_delayed()``) or futures (:func:`broadcast`): each task then reads its own block on
+    ``to_delayed()``) or handles from :func:`broadcast`: each task then reads its own block on
     the worker. ``on_result(i, value)`` sees each result as it arrives (e.g. to sum partial
     results without holding all of them); the returned list then holds ``None`` in its place.
     """

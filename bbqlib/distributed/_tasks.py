@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from .._validation import check_vectors, prepare_for_similarity
+from ..io.blocks import BLOCK_ROWS
 from ..io.streamed import StreamedContainer, write_rows
-from ._dask import set_worker_threads
+from ._dask import set_worker_threads, shared_value
 
 __all__ = [
     "BuildState",
@@ -28,6 +29,7 @@ __all__ = [
     "assign_and_encode",
     "MergePlan",
     "merge_lists",
+    "block_crc_pieces",
 ]
 
 
@@ -58,6 +60,7 @@ def gather_rows(block, rows: np.ndarray) -> np.ndarray:
 def centroid_sums(block, shared: dict, part: int, dim: int):
     """Pass 1: nearest centroid of every row; per-list sums (float64) and counts."""
     set_worker_threads()
+    shared = shared_value(shared)
     quantizer, assigner = shared["quantizer"], shared["assigner"]
     W = quantizer.transform_rows(prepared(block, quantizer, dim))
     assign = assigner.nearest(W)
@@ -89,16 +92,18 @@ def assign_and_encode(block, state: BuildState, part: int, dim: int, row0: int, 
     entries per list, and the CRC32 of the rows written (for ``crc32_combine``).
     """
     set_worker_threads()
+    state = shared_value(state)
     q, a = state.quantizer, state.assigner
     P = prepared(block, q, dim)
-    vectors_crc = None
+    vectors_crc = blocks_crc = None
     if state.vectors is not None:
-        raw = np.ascontiguousarray(P, dtype="<f4").reshape(-1).view(np.uint8)
+        rows = np.ascontiguousarray(P, dtype="<f4")
         with open(state.vectors, "r+b") as f:
             f.seek(state.vectors_offset + row0 * dim * 4)
-            f.write(raw.tobytes())
-        vectors_crc = (zlib.crc32(raw), raw.size)
-        del raw
+            f.write(memoryview(rows.reshape(-1).view(np.uint8)))
+        blocks_crc = block_crc_pieces(rows, row0)
+        vectors_crc = (zlib.crc32(rows.reshape(-1).view(np.uint8)), rows.nbytes)
+        del rows
     W = q.transform_rows(P)
     del P
     n = W.shape[0]
@@ -122,7 +127,23 @@ def assign_and_encode(block, state: BuildState, part: int, dim: int, row0: int, 
     _save_npy(files["spill"], spill[order])
     counts = np.bincount(lists, minlength=a.n_lists)
     return {"primary": primary, "secondary": secondary, "cost": cost, "counts": counts,
-            "vectors_crc": vectors_crc}  # fmt: skip
+            "vectors_crc": vectors_crc, "blocks_crc": blocks_crc}  # fmt: skip
+
+
+def block_crc_pieces(rows: np.ndarray, row0: int, block_rows: int = BLOCK_ROWS) -> list:
+    """CRC32 of the part of every checksum block (``block_rows`` rows of the whole segment,
+    :mod:`bbqlib.io.blocks`) that rows ``row0 : row0 + len(rows)`` cover, as
+    ``(block, crc32, bytes)``; the driver joins a block's pieces with ``crc32_combine``."""
+    out = []
+    n = rows.shape[0]
+    start = 0
+    while start < n:
+        block = (row0 + start) // block_rows
+        stop = min(n, (block + 1) * block_rows - row0)
+        piece = rows[start:stop].reshape(-1).view(np.uint8)
+        out.append((block, zlib.crc32(piece), piece.size))
+        start = stop
+    return out
 
 
 @dataclass
@@ -146,6 +167,7 @@ def merge_lists(plan: MergePlan, j0: int, j1: int):
     from ..index.ivf import storage as ST
     from ..packing import lut_block_starts, lut_list_blocks
 
+    plan = shared_value(plan)
     pieces = {"codes": [], "factors": [], "ids": []}
     labels = []
     for p in range(plan.part_offsets.shape[0]):

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from ..index.ivf.build import FIT_SAMPLE, drop_weakest_spills, residual_sample
+from ..io.blocks import BLOCK_ROWS, BlockChecksums
 from ..packing import lut_block_starts
 from ._dask import broadcast, require, resolve_client, run_tasks
 from .inputs import as_dask_array
@@ -151,6 +152,12 @@ def build_ivf(
         quantizer = like.quantizer
     index = IVFIndex(quantizer, cluster_size=cluster_size, seed=seed, soar=soar,
                      store_vectors=store_vectors)  # fmt: skip
+    if index.store_vectors not in (None, False, "float32"):
+        raise ValueError(
+            f"store_vectors={store_vectors!r}: the distributed build stores float32 rerank "
+            "vectors (store_vectors=True) or none (False); float16 / int8 vectors are not "
+            "supported here yet"
+        )
     ids = _check_ids(ids, n)
     if sample is None:
         sample = default_sample(n, index.cluster_size)
@@ -294,7 +301,9 @@ class _Build:
         from ._tasks import centroid_sums
 
         a = make_assigner(C, self.index.seed)
-        shared = broadcast(self.client, {"quantizer": self.index.quantizer, "assigner": a})
+        shared = broadcast(
+            self.client, {"quantizer": self.index.quantizer, "assigner": a}, self.staging
+        )
         sums = np.zeros(C.shape, dtype=np.float64)
         counts = np.zeros(C.shape[0], dtype=np.int64)
         self.first_assign = np.empty(self.n, dtype=np.int32)
@@ -335,7 +344,7 @@ class _Build:
             vectors, offset = str(self.vectors), int(empty.offset)
             del empty
         state = BuildState(q, a, index.soar, 1.0, str(self.staging), vectors, offset)
-        shared = broadcast(self.client, state)
+        shared = broadcast(self.client, state, self.staging)
         first = getattr(self, "first_assign", None)
         args = [
             (b, shared, p, self.d, int(self.rows[p]),
@@ -393,7 +402,7 @@ class _Build:
             np.cumsum(r["counts"], out=offsets[p, 1:])
         drops = [dropped[self.rows[p] : self.rows[p + 1]] for p in range(len(results))]
         plan = MergePlan(str(self.staging), container, offsets, self.rows, drops, start, planes)
-        shared = broadcast(self.client, plan)
+        shared = broadcast(self.client, plan, self.staging)
         ranges = _list_ranges(sizes, MERGE_ENTRIES)
         parts = self.tasks(merge_lists, [(shared, j0, j1) for j0, j1 in ranges], "merge")
         crc = np.concatenate([p[0] for p in parts])
@@ -433,13 +442,15 @@ class _Build:
             vec_crc = 0
             for r in results:
                 vec_crc = crc32_combine(vec_crc, *r["vectors_crc"])
+            checks = BlockChecksums(_join_blocks(results, self.n), BLOCK_ROWS, None)
             target = self.path / self.vectors.name
             with open(self.vectors, "r+b") as f:
                 os.fsync(f.fileno())
             self.vectors.replace(target)
             moved.append(target)
             mapped = np.load(target, mmap_mode="r").view(np.ndarray)
-            segments.append(ST.Segment(mapped, target, vec_crc))
+            checks.file = target
+            segments.append(ST.Segment(mapped, target, vec_crc, checks))
         moved.append(container.path)
         container.finish(section_crc)
         _, _, arrays = read_container(container.path, mmap=True, verify=False)
@@ -455,6 +466,22 @@ class _Build:
             lut_crc=lut_crc, source=container.path,
         )  # fmt: skip
         F.save(index, self.path)
+
+
+def _join_blocks(results, n: int, block_rows: int = BLOCK_ROWS) -> np.ndarray:
+    """The vector segment's block CRC32s (:mod:`bbqlib.io.blocks`) from the partitions'
+    pieces (a block that spans two partitions has a piece in each), without reading it."""
+    from ..io.streamed import crc32_combine
+
+    crcs = np.zeros(-(-n // block_rows), dtype=np.uint32)
+    seen = np.zeros(crcs.size, dtype=bool)
+    for r in results:  # partition order = row order
+        for block, crc, nbytes in r["blocks_crc"]:
+            crcs[block] = crc32_combine(int(crcs[block]), crc, nbytes) if seen[block] else crc
+            seen[block] = True
+    if not seen.all():
+        raise RuntimeError("the partitions' block checksums do not cover the vector segment")
+    return crcs
 
 
 def _next_generation(path: Path) -> int:

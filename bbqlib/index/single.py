@@ -174,37 +174,13 @@ def flat_search_one(index, queries, k, oversample, rerank, filter, scores):
     n = docs[4]
     k = min(k, n)  # results have min(k, ntotal) columns, as the batch path's ``cap_k``
     depth = candidate_count(k, oversample, n) if rerank else min(k, n)
-    if q.transform_ is None:
-        return _flat_fused(index, x, sim, state, depth, vectors, rerank, k, scores)
     Qp = prepared_query(x, sim)
     if Qp is None:
         return None
-    Qt = q.transform_rows(Qp)
+    Qt = Qp if q.transform_ is None else q.transform_rows(Qp)
     keys, rows = KO.flat_lut_one(
         Qt, centroid, q.encoding_.query_bits, q.iters, q.lam, docs[7], width, *docs,
         _mask(index), depth,
     )  # fmt: skip
     out, rows = rerank_finish(Qp, vectors, keys, rows, k, sim, rerank, scores)
     return out, index._ids.of_rows(rows)
-
-
-def _flat_fused(index, x, sim, state, depth, vectors, rerank, k, scores):
-    """Every step in one compiled call (one release of the GIL per query)."""
-    q = index.quantizer
-    centroid, width, docs, _ = state
-    cosine = sim is Similarity.COSINE
-    qp = np.empty_like(x) if cosine else x
-    pad = np.inf if sim.is_distance and scores == "raw" else -np.inf
-    rows_of = float_rows(vectors)  # not reranked: any float32 [n, d] array of that type
-    vectors = rows_of if rows_of is not None else np.empty((0, x.shape[0]), dtype=np.float32)
-    status, keys, rows, raw, out_rows = KO.flat_search_fused(
-        x, cosine, sim is Similarity.DOT_PRODUCT, MAX_SQ_NORM, UNIT_NORM_TOLERANCE, qp,
-        centroid, q.encoding_.query_bits, q.iters, q.lam, docs[7], width, *docs,
-        _mask(index), depth, vectors, bool(rerank), k, pad,
-    )  # fmt: skip
-    if status == 1:
-        return None  # the general path raises the error
-    if not rerank:
-        out, out_rows = rerank_finish(qp.reshape(1, -1), vectors, keys, rows, k, sim, False, scores)
-        return out, index._ids.of_rows(out_rows)
-    return finish_scores(raw, out_rows, sim, pad, scores), index._ids.of_rows(out_rows)
