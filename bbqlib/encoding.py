@@ -292,7 +292,7 @@ FAMILIES: dict[str, Family] = {
         Family(
             "saq", 0x400, (0,), SAQ_QUERY_BITS, {0: None},
             planes_up_to=0, corrections_small=NO_CORRECTIONS, corrections_large=NO_CORRECTIONS,
-            layout="segments", indexes=("flat",),
+            layout="segments",
         ),
     )
 }  # fmt: skip

@@ -463,6 +463,7 @@ def render(args) -> None:
     found = [_load(args.workdir, "shared") or {}]
     for sub in sorted(p for p in args.workdir.iterdir() if p.is_dir()):
         found.append(_load(sub, "shared") or {})  # parts run in their own workdirs
+        parts["grid"] = {**(parts["grid"] or {}), **(_load(sub, "grid") or {})}
     for extra in args.shared_json or ():
         found.insert(0, json.loads(Path(extra).read_text()))  # earlier runs first
     parts["shared"] = _merge_shared(found)

@@ -9,7 +9,10 @@ On ``debian-minilm-384`` (cosine, ``gt_ip``, first 500 queries), single thread, 
   nprobe 1..128) wrapped in ``IndexRefineFlat`` with ``k_factor`` = bbqlib's oversample;
 * hnswlib (M = 16, efConstruction = 200, ef sweep);
 * queries per second at recall 0.90 and 0.95 (best setting reaching the recall) and build
-  times.
+  times;
+* ``--oversample 1.5,2,3``: every rerank depth for bbqlib (``oversample``) and faiss
+  (``k_factor``) alike, crossed with the visit / nprobe grid (default: the encoding's
+  oversample only), so each library is judged at its best setting.
 
 Timing on a shared machine: every search setting of every library is timed once per round,
 rounds interleave the libraries, and the median over rounds is reported, so background load
@@ -35,8 +38,8 @@ import peers  # noqa: E402
 import bbqlib  # noqa: E402
 from bbqlib.analysis.recall import recall_at_k  # noqa: E402
 
-VISIT = [0.5, 1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50]
-NPROBE = [1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128]
+VISIT = [0.5, 1, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 10, 12, 15, 20, 30, 50]
+NPROBE = [1, 2, 3, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 96, 128]
 EF = [10, 16, 24, 32, 48, 64, 96, 128, 192, 256]
 TARGETS = (0.90, 0.95)
 
@@ -59,6 +62,28 @@ def qps_at(rows, target):
     """Best QPS among settings whose recall reaches ``target`` (None if none does)."""
     ok = [r["qps"] for r in rows if r["recall"] >= target]
     return max(ok) if ok else None
+
+
+def best_setting(rows, target) -> str | None:
+    """The setting of :func:`qps_at`'s QPS, as "param / xoversample"."""
+    ok = [r for r in rows if r["recall"] >= target]
+    if not ok:
+        return None
+    r = max(ok, key=lambda r: r["qps"])
+    return f"{r['param']}" + ("" if r.get("over") is None else f" / x{r['over']:g}")
+
+
+def _overs(args, default: float) -> list[float]:
+    return [float(v) for v in args.oversample.split(",")] if args.oversample else [default]
+
+
+def _sweep(index, Q, overs, **kw):
+    """(param, oversample, search) over the visit grid crossed with the rerank depths."""
+    return [
+        (vp, o, lambda vp=vp, o=o: index.search(Q, 10, visit_percentage=vp, oversample=o, **kw))
+        for o in overs
+        for vp in [None, *VISIT]
+    ]
 
 
 def qps_interp(rows, target):
@@ -95,6 +120,12 @@ def main(argv=None) -> int:
         "queries, as faiss qb=4) vs faiss IVFRaBitQ 2-bit; sq8: int8 per_dim vs faiss IVF SQ8 "
         "(no rerank on either side)",
     )
+    ap.add_argument(
+        "--oversample",
+        default="",
+        help="comma-separated rerank depths for bbqlib (oversample) and faiss (k_factor) "
+        "alike, crossed with the visit / nprobe grid (default: the encoding's oversample)",
+    )
     args = ap.parse_args(argv)
 
     ds = _common.load_dataset("debian-minilm-384", args.queries)
@@ -109,25 +140,17 @@ def main(argv=None) -> int:
         for bits in (1, 2) if "bbq" in families else ():
             index, secs = build_bbqlib(X, bits)
             print(f"bbqlib IVF {bits}-bit: {index.n_lists} lists, build {secs:.1f} s", flush=True)
-            settings = [
-                (vp, lambda vp=vp, index=index: index.search(Q, 10, visit_percentage=vp))
-                for vp in [None, *VISIT]
-            ]
+            overs = _overs(args, bbqlib.get_encoding(bits).default_oversample)
             runs[f"bbqlib IVF {bits}-bit"] = dict(
-                build=secs, settings=settings, param="visit %", index=index
+                build=secs, settings=_sweep(index, Q, overs), param="visit %", index=index
             )
         if "rabitq" in families:
             rq = bbqlib.RaBitQQuantizer(bits=2, query_bits=4, similarity="cosine", seed=0)
             index, secs = build_bbqlib(X, quantizer=rq)
             print(f"bbqlib IVF RaBitQ 2-bit: build {secs:.1f} s", flush=True)
+            overs = _overs(args, rq.encoding_.default_oversample)
             runs["bbqlib IVF RaBitQ 2-bit (4-bit queries)"] = dict(
-                build=secs,
-                settings=[
-                    (vp, lambda vp=vp, index=index: index.search(Q, 10, visit_percentage=vp))
-                    for vp in [None, *VISIT]
-                ],
-                param="visit %",
-                index=index,
+                build=secs, settings=_sweep(index, Q, overs), param="visit %", index=index
             )
         if "sq8" in families:
             sq = bbqlib.ScalarQuantizer(bits=8, method="per_dim", similarity="cosine")
@@ -138,12 +161,13 @@ def main(argv=None) -> int:
                 settings=[
                     (
                         vp,
+                        None,
                         lambda vp=vp, index=index: index.search(
                             Q, 10, visit_percentage=vp, rerank=False
                         ),
-                    )  # fmt: skip
+                    )
                     for vp in [None, *VISIT]
-                ],
+                ],  # fmt: skip
                 param="visit %",
                 index=index,
             )
@@ -152,17 +176,18 @@ def main(argv=None) -> int:
         for bits in (1, 2) if ("bbq" in families or "rabitq" in families) else ():
             if bits == 1 and "bbq" not in families:
                 continue
-            over = bbqlib.get_encoding(bits).default_oversample
-            peer = peers.faiss_ivf_rabitq(X, "cosine", nlist=nlist, bits=bits, k_factor=over)
+            overs = _overs(args, bbqlib.get_encoding(bits).default_oversample)
+            peer = peers.faiss_ivf_rabitq(X, "cosine", nlist=nlist, bits=bits, k_factor=overs[0])
             print(f"{peer.name}: build {peer.build_seconds:.1f} s", flush=True)
 
-            def fs(npr, peer=peer):
-                peer.set_search_params(nprobe=npr)
+            def fs(npr, o, peer=peer):
+                peer.set_search_params(nprobe=npr, k_factor=o)
                 return peer.search(Q, 10)
 
-            runs[f"faiss IVFRaBitQ {bits}-bit +RFlat x{over:g}"] = dict(
+            over_label = "x" + "/".join(f"{o:g}" for o in overs)
+            runs[f"faiss IVFRaBitQ {bits}-bit +RFlat {over_label}"] = dict(
                 build=peer.build_seconds,
-                settings=[(n, lambda n=n, fs=fs: fs(n)) for n in NPROBE],
+                settings=[(n, o, lambda n=n, o=o, fs=fs: fs(n, o)) for o in overs for n in NPROBE],
                 param="nprobe",
             )
         if "sq8" in families:
@@ -175,7 +200,7 @@ def main(argv=None) -> int:
 
             runs["faiss IVF SQ8 (no refine)"] = dict(
                 build=peer.build_seconds,
-                settings=[(n, lambda n=n, ss=ss: ss(n)) for n in NPROBE],
+                settings=[(n, None, lambda n=n, ss=ss: ss(n)) for n in NPROBE],
                 param="nprobe",
                 nlist=nlist,
             )
@@ -189,22 +214,24 @@ def main(argv=None) -> int:
 
             runs["hnswlib M16 efC200"] = dict(
                 build=peer.build_seconds,
-                settings=[(e, lambda e=e, hs=hs: hs(e)) for e in EF],
+                settings=[(e, None, lambda e=e, hs=hs: hs(e)) for e in EF],
                 param="ef",
             )
         # Recall once (deterministic), then interleaved timing rounds.
         for run in runs.values():
             run["rows"] = []
-            for param, fn in run["settings"]:
+            for param, over, fn in run["settings"]:
                 _, ids = fn()
-                run["rows"].append({"param": param, "recall": _recall(ids, gt), "times": []})
+                run["rows"].append(
+                    {"param": param, "over": over, "recall": _recall(ids, gt), "times": []}
+                )
                 if run.get("index") is not None:
                     run["rows"][-1]["visited"] = run["index"].last_search_stats["visited_fraction"]
                 elif run.get("nlist"):  # faiss IVF: share of the lists probed
                     run["rows"][-1]["visited"] = param / run["nlist"]
         for r in range(args.rounds):
             for run in runs.values():
-                for row, (_, fn) in zip(run["rows"], run["settings"], strict=True):
+                for row, (_, _, fn) in zip(run["rows"], run["settings"], strict=True):
                     t0 = time.perf_counter()
                     fn()
                     row["times"].append(time.perf_counter() - t0)
@@ -220,6 +247,8 @@ def main(argv=None) -> int:
         cols = [("param", run["param"]), ("recall", "recall@10", ".3f"), ("qps", "QPS", ",.0f")]
         if "index" in run or "nlist" in run:
             cols.insert(2, ("visited", "share of vectors visited", ".4f"))
+        if any(row["over"] is not None for row in run["rows"]):
+            cols.insert(1, ("over", "oversample", "g"))
         for row in run["rows"]:
             if row["param"] is None:
                 row["param"] = "dynamic"
@@ -231,6 +260,7 @@ def main(argv=None) -> int:
                 "vs_hnsw": None if hnsw_build is None else hnsw_build / run["build"],
                 **{f"q{int(t * 100)}": qps_at(run["rows"], t) for t in TARGETS},
                 **{f"i{int(t * 100)}": qps_interp(run["rows"], t) for t in TARGETS},
+                **{f"s{int(t * 100)}": best_setting(run["rows"], t) for t in TARGETS},
                 "max_recall": max(r["recall"] for r in run["rows"]),
             }
         )
@@ -244,16 +274,24 @@ def main(argv=None) -> int:
             ("i90", "interpolated", ",.0f"),
             ("q95", "QPS @ recall 0.95", ",.0f"),
             ("i95", "interpolated", ",.0f"),
+            ("s90", "setting @ 0.90"),
+            ("s95", "setting @ 0.95"),
             ("max_recall", "best recall", ".3f"),
         ],
     )
     ix1 = next(r for r in runs.values() if "index" in r)["index"]
     notes = [
         f"{ds.note}; bbqlib IVF: cluster_size 384 -> {ix1.n_lists} lists, SOAR, "
-        "7-bit centroids, query re-quantized per list (4 bits, 1 iteration), default "
-        "oversample (3.0 at 1 bit, 1.5 at 2 bits), exact rerank on float32 vectors.",
+        "7-bit centroids, query re-quantized per list (4 bits: OSQ with 1 iteration for BBQ, "
+        "RaBitQ's min/max grid for RaBitQ), exact rerank on float32 vectors; oversample "
+        + (
+            f"swept over {args.oversample}"
+            if args.oversample
+            else "the encoding's default (3.0 at 1 bit, 1.5 at 2 bits)"
+        )
+        + ".",
         f"faiss: RR (random rotation) + IndexIVFRaBitQ, nlist {ix1.n_lists} (bbqlib's list "
-        "count), qb 4, IndexRefineFlat with k_factor = bbqlib's oversample.",
+        "count), qb 4, IndexRefineFlat with k_factor = bbqlib's oversample (the same sweep).",
         "QPS @ recall r: the best QPS among the settings whose recall@10 reaches r ('–': none); "
         "interpolated: QPS at exactly r, linear in recall between the two settings of the "
         "recall/QPS Pareto frontier on either side of r.",

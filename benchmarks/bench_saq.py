@@ -26,10 +26,13 @@ Both shared data sets (debian-minilm-384: cosine, ``gt_ip``; spacy-wordvec-300: 
    vs ``RaBitQQuantizer.search`` (float query, and 4-bit queries through bbqlib's AVX2
    lookup-table scan), interleaved repeats, medians, ratios; recall@10 of each.
 5. **PCA**: NumPy (float64 covariance + ``eigh``, what SAQ uses) vs scikit-learn ``PCA``.
+6. ``--part qps`` (``benchmarks/saq_qps.py``): QPS at recall@10 0.90 / 0.95, flat and IVF,
+   SAQ vs bbqlib's RaBitQ at the same bits, and IVF SAQ vs rabitqlib's ``IvfIndex``.
 
 Usage::
 
     python benchmarks/bench_saq.py [--seeds 3] [--queries 300] [--repeats 5] [--quick]
+    python benchmarks/bench_saq.py --part qps --datasets debian-minilm-384 [--qps-bits 2 4]
 """
 
 from __future__ import annotations
@@ -342,7 +345,16 @@ def main(argv=None) -> None:
     ap.add_argument(
         "--no-variants", action="store_true", help="skip the error-model / block variants"
     )
+    ap.add_argument("--part", choices=("all", "qps"), default="all",
+                    help="qps: only the QPS-at-recall tables (benchmarks/saq_qps.py)")  # fmt: skip
+    ap.add_argument("--qps-bits", type=float, nargs="+", default=[2.0, 4.0])
+    ap.add_argument("--no-ivf", action="store_true", help="qps part: flat only")
+    ap.add_argument("--no-rabitqlib", action="store_true", help="qps part: skip rabitqlib")
     args = ap.parse_args(argv)
+    if args.part == "qps":
+        import saq_qps
+
+        return saq_qps.main(args, argv, OUT.with_name("saq_qps.md"), NOTES[:1])
     if args.quick:
         args.seeds, args.queries, args.repeats = 1, 40, 2
     started = time.time()

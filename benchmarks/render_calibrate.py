@@ -167,8 +167,10 @@ def _sizing_rows(sizing):
         if r.get("sizing_small"):
             sources.append((f"{small_n:,} build", r["sizing_small"]))
         for source, s in sources:
-            lat = "-" if s["latency_ms"] is None else f"{s['latency_ms']:.2f}"
-            build = "-" if s["build_seconds"] is None else f"{s['build_seconds']:.0f}"
+            # The flat twin reuses the IVF configuration's record: its timings are not its own.
+            timed = r["index"] != "flat"
+            lat = "-" if s["latency_ms"] is None or not timed else f"{s['latency_ms']:.2f}"
+            build = "-" if s["build_seconds"] is None or not timed else f"{s['build_seconds']:.0f}"
             rows.append([
                 r["index"], source, f"{s['disk_bytes'] / MB:,.0f}", f"{r['disk'] / MB:,.0f}",
                 f"{s['disk_bytes'] / r['disk']:.3f}", f"{s['ram_bytes'] / MB:,.0f}",

@@ -55,11 +55,11 @@ def test_families_and_their_rows():
         get_encoding(8, 4, family="int8_global")
     with pytest.raises(ValueError, match="unknown encoding family"):
         get_encoding(1, family="pq")
-    # SAQ: one row per query width, the plan decides the codes; flat index only
+    # SAQ: one row per query width, the plan decides the codes; flat and IVF indexes
     saq = ENCODINGS.rows("saq")
     assert [e.query_bits for e in saq] == [None, *range(2, 17)]
     assert all(e.doc_bits == 0 and e.layout == "segments" for e in saq)
-    assert all(e.indexes == ("flat",) and e.scan_kernels == ("saq",) for e in saq)
+    assert all(e.indexes == ("flat", "ivf") and e.scan_kernels == ("saq",) for e in saq)
     assert get_encoding(0, None, family="saq").wire == 0x400
 
 

@@ -292,8 +292,6 @@ def test_bad_calls():
     bad[3, 2] = np.nan
     with pytest.raises(ValueError, match="X"):
         q.encode(bad)
-    with pytest.raises(ValueError, match="FlatIndex only"):
-        bbqlib.IVFIndex(SAQQuantizer(bits=2))
 
 
 def test_scorer_matches_estimate():

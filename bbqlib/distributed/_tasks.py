@@ -194,7 +194,7 @@ def merge_lists(plan: MergePlan, j0: int, j1: int):
     else:
         arrays = {
             "codes": np.empty((0, sec["codes"].shape[1]), np.uint8),
-            "factors": np.empty((0, 4), np.float32),
+            "factors": np.empty((0, sec["factors"].shape[1]), np.float32),
             "ids": np.empty(0, np.int32),
         }
     if arrays["ids"].shape[0] != int(start[-1]):

@@ -383,7 +383,8 @@ class _Build:
         q = self.index.quantizer
         doc_bytes = q.encoding_.doc_bytes(self.d)
         planes = q.encoding_.layout == "planes"
-        sections = [("codes", np.uint8, (E, doc_bytes)), ("factors", np.float32, (E, 4)),
+        width = q.pair_factor_width
+        sections = [("codes", np.uint8, (E, doc_bytes)), ("factors", np.float32, (E, width)),
                     ("ids", np.int32, (E,))]  # fmt: skip
         if planes:
             n_blocks = int(lut_block_starts(start)[-1])

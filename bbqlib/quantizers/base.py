@@ -68,6 +68,8 @@ class Quantizer:
     family: ClassVar[str] = ""
     has_error_bound: ClassVar[bool] = False
     default_eps0: ClassVar[float | None] = None
+    #: Float32 factors per IVF posting entry (:meth:`encode_pairs`).
+    pair_factor_width: ClassVar[int] = 4
     #: Constructor parameters, in order.
     _param_names: ClassVar[tuple[str, ...]] = ()
     #: The parameter that names the optional transform ("precondition" or "rotation"; None:

@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import scoring
 from .._kernels.rabitq import bound_rerank
+from .._kernels.rabitq_query import rabitq_query_pairs
 from .._kernels.scoring import EMPTY_ID
 from .._params import Boolean, Integer
 from .._validation import check_k
@@ -17,6 +18,7 @@ from ..encoding import (
     RABITQ_CORRECTIONS_I32,
     RABITQ_CORRECTIONS_U16,
     Encoding,
+    padded_dim,
 )
 from ..packing import pack_planes, plane_words, unpack_planes
 from .base import Quantizer
@@ -306,13 +308,29 @@ class RaBitQQuantizer(Quantizer):
         return codes, factors
 
     def query_pairs(self, Qt, centres, pair_query, pair_list, *, lut: bool = False):
-        """Residual queries ``q - c`` per pair: float, or on RaBitQ's per-query grid."""
-        y, factors = self._float_query_pairs(Qt, centres, pair_query, pair_list)
+        """Residual queries ``q - c`` per pair: float, or on RaBitQ's per-query grid.
+
+        Quantized queries take one fused kernel per batch
+        (:func:`bbqlib._kernels.rabitq_query.rabitq_query_pairs`): the codes and ``(a_y,
+        l_y, ΣY)`` of :func:`grid_codes` bit for bit, packed as the scan reads them, without
+        ``[pairs, d]`` float temporaries.
+        """
         qb = self.encoding_.query_bits
         if qb is None:
-            return y, factors
-        codes, _ = grid_codes(y.astype(np.float64), qb, factors)
-        return self._pair_query_data(codes, lut), factors
+            return self._float_query_pairs(Qt, centres, pair_query, pair_list)
+        d = Qt.shape[1]
+        planes = 0 if lut else self.encoding_.query_planes
+        width = padded_dim(d) if lut else planes * padded_dim(d) // 8
+        codes = np.empty((len(pair_query), width), dtype=np.uint8)
+        factors = np.empty((len(pair_query), 4), dtype=np.float64)
+        rabitq_query_pairs(
+            np.ascontiguousarray(Qt, dtype=np.float32),
+            np.ascontiguousarray(centres, dtype=np.float32),
+            np.ascontiguousarray(pair_query, dtype=np.int64),
+            np.ascontiguousarray(pair_list, dtype=np.int64),
+            int(qb), bool(self.similarity_.is_distance), int(planes), codes, factors,
+        )  # fmt: skip
+        return (codes if lut else codes.view(np.uint64)), factors
 
     # -- estimates and bounds ---------------------------------------------------------------
     def estimate(

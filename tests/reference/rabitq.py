@@ -18,6 +18,7 @@ __all__ = [
     "fixed_levels",
     "quantize",
     "quantize_query",
+    "query_pairs",
     "estimate_centred",
     "error_factor",
     "raw_estimate",
@@ -111,6 +112,31 @@ def quantize_query(y: np.ndarray, query_bits: int) -> tuple[np.ndarray, np.ndarr
     codes = np.clip(np.rint((y - lo) / safe), 0, 2**query_bits - 1)
     codes = np.where(step > 0, codes, 0.0)
     return codes.astype(np.int64), lo + step * codes
+
+
+def query_pairs(Q, C, pair_query, pair_list, query_bits: int, is_l2: bool):
+    """IVF queries against list centres, per pair: ``(codes int64 [P, d], factors [P, 4])``.
+
+    ``y = float32(q - c)`` (float64 difference of the float32 rows), codes on
+    :func:`quantize_query`'s grid, factor rows ``(lo, step, ΣY, add_y)`` with ``add_y`` the
+    float64 sum in coordinate order of ``y_j²`` (squared L2) or ``q_j c_j``.
+    """
+    Q64 = np.asarray(Q, np.float32)[pair_query].astype(np.float64)
+    C64 = np.asarray(C, np.float32)[pair_list].astype(np.float64)
+    y = (Q64 - C64).astype(np.float32).astype(np.float64)
+    codes, _ = quantize_query(y, query_bits)
+    lo = y.min(axis=1)
+    factors = np.empty((len(y), 4))
+    factors[:, 0] = lo
+    factors[:, 1] = (y.max(axis=1) - lo) / (2**query_bits - 1)
+    factors[:, 2] = codes.sum(axis=1)
+    terms = y * y if is_l2 else Q64 * C64
+    for p in range(len(y)):
+        acc = 0.0
+        for v in terms[p]:
+            acc += float(v)
+        factors[p, 3] = acc
+    return codes, factors
 
 
 def estimate_centred(quant: dict, Y: np.ndarray) -> np.ndarray:

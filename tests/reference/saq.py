@@ -30,6 +30,8 @@ __all__ = [
     "encode_rows",
     "estimate",
     "brute_force_plan",
+    "entry_totals",
+    "ivf_scan",
 ]
 
 
@@ -218,3 +220,42 @@ def brute_force_plan(
                     err += table[end, nb, 0]
                 best = min(best, err)
     return best
+
+
+def entry_totals(centres, lists, codes, scale, dims, bits) -> np.ndarray:
+    """``Σ_s scale[e, s] (<k_s, c_s> - (2^B_s - 1)/2 Σ c_s)`` of each entry's code against
+    the centre ``centres[lists[e]]`` (rows in SAQ's frame, coded dimensions): the term an IVF
+    folds into the entry's ``additional`` (:mod:`bbqlib._kernels.saq_ivf`)."""
+    out = np.zeros(len(codes))
+    for e in range(len(codes)):
+        c = np.asarray(centres[lists[e]], np.float64)[None]
+        out[e] = estimate(c, codes[e : e + 1], scale[e : e + 1], np.zeros(1), np.zeros(1),
+                          dims, bits, False)[0, 0]  # fmt: skip
+    return out
+
+
+def ivf_scan(Qr, pair_add, pair_list, pair_start, list_start, codes, factors, ids, dims, bits,
+             is_l2, allowed, heap):  # fmt: skip
+    """Best ``heap`` entries per query over its visited lists: ``(keys, ids)`` [nq, heap]
+    sorted best first (keys ``-d²`` or the inner product, ties to the lower id; ``-inf`` / -1
+    padding). ``Qr``: queries in SAQ's frame (coded dimensions, not centred); ``factors``
+    ``(additional with the centre term folded in, scale_s..., norm_s...)``."""
+    S = len(dims)
+    nq = len(pair_start) - 1
+    out_k = np.full((nq, heap), -np.inf)
+    out_i = np.full((nq, heap), -1, dtype=np.int64)
+    for q in range(nq):
+        found = []
+        for p in range(pair_start[q], pair_start[q + 1]):
+            e = np.arange(list_start[pair_list[p]], list_start[pair_list[p] + 1])
+            e = e[[len(allowed) == 0 or allowed[ids[i]] != 0 for i in e]]
+            if e.size == 0:
+                continue
+            f = factors[e].astype(np.float64)
+            raw = estimate(Qr[q : q + 1], codes[e], f[:, 1 : 1 + S], f[:, 0],
+                           np.array([pair_add[p]]), dims, bits, is_l2)[0]  # fmt: skip
+            found += [(-r if is_l2 else r, int(ids[i])) for r, i in zip(raw, e, strict=True)]
+        found.sort(key=lambda t: (-t[0], t[1]))
+        for j, (key, idx) in enumerate(found[:heap]):
+            out_k[q, j], out_i[q, j] = key, idx
+    return out_k, out_i

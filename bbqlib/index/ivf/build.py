@@ -84,7 +84,7 @@ def encode_postings(W, ids, C, primary, secondary, quantizer, show) -> Postings:
     sec_index = n + np.cumsum(has) - 1  # entry index of each row's SOAR copy
     E = labels.size
     codes = np.empty((E, quantizer.encoding_.doc_bytes(C.shape[1])), dtype=np.uint8)
-    factors = np.empty((E, 4), dtype=np.float32)
+    factors = np.empty((E, quantizer.pair_factor_width), dtype=np.float32)
     bar = progress_bar(show, n, "encoding")
     for r0 in range(0, n, BUILD_BATCH):
         r1 = min(n, r0 + BUILD_BATCH)

@@ -167,7 +167,7 @@ def load_into(index, path: Path) -> None:
     )  # fmt: skip
     n_entries = int(meta["n_entries"])
     codes, factors, ids = postings["codes"], postings["factors"], postings["ids"]
-    if codes.shape[0] != n_entries or factors.shape != (n_entries, 4):
+    if codes.shape[0] != n_entries or factors.shape != (n_entries, q.pair_factor_width):
         raise CorruptFileError(
             f"posting file of {path} holds {codes.shape[0]} entries, the header records "
             f"{n_entries}; the files do not belong together"

@@ -204,9 +204,9 @@ class IVFIndex(GuardedWrites):
 
     @property
     def bytes_per_entry(self) -> int:
-        """Bytes of one posting entry: packed code + 16 bytes of factors + a 4-byte row."""
+        """Bytes of one posting entry: packed code + factors (16 bytes) + a 4-byte row."""
         self._check_fitted()
-        return self.encoding_.doc_bytes(self.dim_) + 16 + 4
+        return self.encoding_.doc_bytes(self.dim_) + 4 * self.quantizer.pair_factor_width + 4
 
     # ------------------------------------------------------------------ building
     def add(self, X, ids=None, *, progress: bool | None = None) -> None:

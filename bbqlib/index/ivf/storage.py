@@ -77,8 +77,11 @@ MAGIC = "bbqlib-ivf"
 #: vector segments (``vector_dtype`` in the header: ``"float32"``, ``"float16"``, ``"int8"``
 #: records of :mod:`bbqlib.scoring.stored`, or null; absent: float32), the block CRC32s
 #: over the stored bytes of that kind, and the search defaults (``visit_percentage``,
-#: ``oversample``). Formats 1 to 5 open with float32 vectors and no search defaults.
-FORMAT_VERSION = 6
+#: ``oversample``). Formats 1 to 5 open with float32 vectors and no search defaults. 7 lets
+#: the postings' ``factors`` have the quantizer's width (``pair_factor_width``: 4 for the
+#: correction algebra's rows, ``1 + 2S`` for SAQ's records with the centre term folded in);
+#: every format-6 directory is a valid format-7 one.
+FORMAT_VERSION = 7
 #: The first format whose segment entries must carry block checksums.
 BLOCK_CRC_FORMAT = 5
 HEADER_KIND = "ivf_header"
