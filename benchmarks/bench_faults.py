@@ -16,7 +16,9 @@ what each new check costs.
    per index kind (in a subprocess: a crash is counted); exceptions, lost rows, invalid ids,
    searches per second during writes against the same threads without a writer.
 4. **The cost of each new check** on search, add, save and open speed, as the median ratio
-   of interleaved runs with the check and without it (monkeypatched off), single process.
+   of interleaved runs with the check and without it (monkeypatched off), single process;
+   ``hdf5cost``: reading a real ann-benchmarks file through the HDF5 guard (libhdf5 in a
+   worker process) against in-process h5py as before.
 
     python benchmarks/bench_faults.py --baseline /tmp/fx2      # writes results/faults.md
     python benchmarks/bench_faults.py --only fuzz,kill --mutations 300 --kills 5   # quick
@@ -118,8 +120,8 @@ def kill_runs(kind: str, trials: int, tree: Path, seed: int) -> dict:
         "    work = pathlib.Path(tempfile.mkdtemp(prefix='bbqkill'))\n"
         "    try:\n"
         "        corrupt, leaked = H.kill_trial(kind, H.fresh(work / 't'), rng.uniform(0, 0.5))\n"
-        "        print(json.dumps([corrupt, sorted(leaked), sorted(H.kill_trial.left)]),\n"
-        "              flush=True)\n"
+        "        print(json.dumps([corrupt, sorted(leaked), sorted(H.kill_trial.left),\n"
+        "                          H.kill_trial.phase]), flush=True)\n"
         "    except Exception as err:\n"
         "        print(json.dumps({'error': repr(err)}), flush=True)\n"
         "    finally:\n"
@@ -129,21 +131,24 @@ def kill_runs(kind: str, trials: int, tree: Path, seed: int) -> dict:
     cmd = [sys.executable, "-c", code, kind, str(trials), str(seed)]
     with tempfile.TemporaryDirectory(prefix="bbqkillcwd") as cwd:  # not the repository:
         # ``python -c`` puts the cwd first on sys.path, which would shadow ``tree``'s bbqlib
-        res = subprocess.run(cmd, capture_output=True, env=_env(tree), cwd=cwd,
-                             timeout=600 + 120 * trials)  # fmt: skip
-    for line in res.stdout.decode().strip().splitlines():
-        row = json.loads(line)
-        if isinstance(row, dict):
-            out.setdefault("errors", []).append(row["error"][-300:])
-            continue
-        corrupt, leaked, left = row
-        out["trials"] += 1
-        out["corrupt"] += bool(corrupt)
-        out["leaked_trials"] += bool(leaked)
-        out["leaked_files"] += len(leaked)
-        out["left_trials"] += bool(left)
-    if res.returncode != 0:
-        out.setdefault("errors", []).append(res.stderr.decode()[-300:])
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=_env(tree), cwd=cwd)  # fmt: skip
+        for line in proc.stdout:  # one line per trial, echoed: a long run shows progress
+            print(kind, line.decode().strip(), flush=True)
+            row = json.loads(line)
+            if isinstance(row, dict):
+                out.setdefault("errors", []).append(row["error"][-300:])
+                continue
+            corrupt, leaked, left, phase = row
+            out[phase] = out.get(phase, 0) + 1
+            out["trials"] += 1
+            out["corrupt"] += bool(corrupt)
+            out["leaked_trials"] += bool(leaked)
+            out["leaked_files"] += len(leaked)
+            out["left_trials"] += bool(left)
+        stderr = proc.stderr.read()
+        if proc.wait() != 0:
+            out.setdefault("errors", []).append(stderr.decode()[-300:])
     return out
 
 
@@ -349,6 +354,74 @@ def costs(repeats: int) -> list[dict]:
     return rows
 
 
+def hdf5_costs(repeats: int) -> list[dict]:
+    """The HDF5 guard (libhdf5 in a worker process) against reading in-process with h5py as
+    before, on a real data set written in ann-benchmarks' layout (debian-minilm-384 from
+    ../shared/data, else a random one of the same size)."""
+    import _common as C
+    import h5py
+
+    from bbqlib.io import (
+        hdf5_guard,
+        read_ann_benchmarks,
+        read_ann_benchmarks_metric,
+        write_ann_benchmarks,
+    )
+
+    src = ROOT.parent / "shared" / "data" / "debian-minilm-384"
+    if (src / "base.npy").exists():
+        train, test = np.load(src / "base.npy"), np.load(src / "queries.npy")
+        neighbors = np.load(src / "gt_l2.npy")[:, :100]
+        distances = np.load(src / "gt_l2_dists.npy")[:, :100]
+        name = f"debian-minilm-384 ({train.shape[0]} x {train.shape[1]})"
+    else:
+        g = np.random.default_rng(0)
+        train, test = g.random((60_000, 384), np.float32), g.random((1000, 384), np.float32)
+        neighbors, distances = g.integers(0, 60_000, (1000, 100)), g.random((1000, 100))
+        name = "random 60000 x 384"
+    work = Path(tempfile.mkdtemp(prefix="bbqh5cost"))
+    path = write_ann_benchmarks(work / "data.hdf5", train, test, neighbors, distances,
+                                "euclidean")  # fmt: skip
+    size = path.stat().st_size / 2**20
+
+    def inproc(mmap):  # what read_ann_benchmarks did before the guard
+        def run():
+            with h5py.File(path, "r") as f:
+                out = []
+                for n in ("train", "test", "neighbors", "distances"):
+                    d = f[n]
+                    if mmap:
+                        out.append(np.memmap(path, dtype=d.dtype, mode="r",
+                                             offset=d.id.get_offset(), shape=d.shape))  # fmt: skip
+                    else:
+                        out.append(d[()])
+                out.append(f.attrs["distance"])
+            return out
+
+        return run
+
+    def guarded(mmap, cold):
+        def run():
+            if cold:
+                hdf5_guard._stop_worker()
+            return (*read_ann_benchmarks(path, mmap=mmap), read_ann_benchmarks_metric(path))
+
+        return run
+
+    rows = []
+    for mmap in (False, True):
+        for cold in (False, True):
+            t = C.interleaved_ratio(guarded(mmap, cold), inproc(mmap), repeats=repeats, warmup=1)
+            state = "first read (worker start)" if cold else "worker running"
+            what = f"read_ann_benchmarks + metric, {name}, {size:.0f} MiB, mmap={mmap}, {state}"
+            note = "without = in-process h5py (before); warm page cache"
+            rows.append({"what": what, "ratio": t.ratio, "with": t.median_a * 1e3,
+                         "without": t.median_b * 1e3, "note": note})  # fmt: skip
+    hdf5_guard._stop_worker()
+    shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -367,11 +440,13 @@ def main() -> None:
     p.add_argument("--mutations", type=int, default=2000, help="per target")
     p.add_argument("--kills", type=int, default=100, help="per save kind")
     p.add_argument("--baseline-kills", type=int, default=20)
+    p.add_argument("--targets", default="flat,ivf,vectors,hdf5", help="fuzz targets")
+    p.add_argument("--kinds", help="save kinds to kill, comma-separated (default: all)")
     p.add_argument("--stress-seconds", type=float, default=20.0)
     p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--hang-seconds", type=float, default=60.0)
     p.add_argument("--baseline", type=Path, help="another checkout to compare (e.g. main)")
-    p.add_argument("--only", default="fuzz,kill,stress,cost")
+    p.add_argument("--only", default="fuzz,kill,stress,cost,hdf5cost")
     p.add_argument("--seed", type=int, default=2024)
     p.add_argument("--out", type=Path, default=HERE / "results" / "faults.md")
     p.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
@@ -388,7 +463,7 @@ def main() -> None:
 
     sys.path[:0] = [str(ROOT), str(HERE), str(ROOT / "tests")]  # this checkout's bbqlib
     import _common as C
-    from fault_harness import SAVE_KINDS
+    from fault_harness import PHASES, SAVE_KINDS
 
     only = set(args.only.split(","))
     trees = [("this branch", ROOT)] + ([("baseline", args.baseline)] if args.baseline else [])
@@ -396,7 +471,7 @@ def main() -> None:
     if "fuzz" in only:
         rows = []
         for tree_name, tree in trees:
-            for target in ("flat", "ivf", "vectors", "hdf5"):
+            for target in args.targets.split(","):
                 t0 = time.time()
                 res = fuzz_target(target, args.mutations, args.seed, tree, args.hang_seconds)
                 rows += _fuzz_rows(target, res, tree_name)
@@ -409,7 +484,7 @@ def main() -> None:
         rows = []
         for tree_name, tree in trees:
             n = args.kills if tree_name == "this branch" else args.baseline_kills
-            for kind in SAVE_KINDS:
+            for kind in args.kinds.split(",") if args.kinds else SAVE_KINDS:
                 res = kill_runs(kind, n, tree, args.seed)
                 rows.append({"tree": tree_name, "kind": kind, **res})
                 print(tree_name, kind, res)
@@ -418,6 +493,13 @@ def main() -> None:
                 ("leaked_trials", "kills leaking files after the next open"),
                 ("leaked_files", "leaked files")]  # fmt: skip
         tables.append("### kill -9 during saves\n\n" + C.markdown_table(rows, cols))
+        for r in rows:
+            for phase in PHASES:
+                r.setdefault(phase, 0)
+        cols = [("tree", "code"), ("kind", "save kind"), ("trials", "kills"),
+                *[(phase, phase) for phase in PHASES]]  # fmt: skip
+        tables.append("### Where the kills landed (phase of the save; `fault_harness.PHASES`)"
+                      "\n\n" + C.markdown_table(rows, cols))  # fmt: skip
     if "stress" in only:
         rows = []
         for tree_name, tree in trees:
@@ -435,8 +517,9 @@ def main() -> None:
         notes.append("first exceptions: " + ("; ".join(
             f"{r['tree']} {r['kind']}: {r['first_exception']}" for r in rows
             if r.get("first_exception")) or "none"))  # fmt: skip
-    if "cost" in only:
-        rows = costs(args.repeats)
+    if "cost" in only or "hdf5cost" in only:
+        rows = (costs(args.repeats) if "cost" in only else []) + (
+            hdf5_costs(args.repeats) if "hdf5cost" in only else [])  # fmt: skip
         for r in rows:
             print(r)
         cols = [("what", "operation (check)"), ("ratio", "with / without", ".3f"),

@@ -234,27 +234,45 @@ class VectorFileTarget:
 
 
 class HDF5Target:
-    """An ann-benchmarks HDF5 file (no checksums: changed values are data; never crash)."""
+    """An ann-benchmarks HDF5 file. It has no checksums, so a changed value inside a
+    dataset's stored bytes is data (label ``data``); a mutation anywhere else (label
+    ``structure``: superblock, object headers, attributes, heaps) or a truncation must give a
+    clean error or the same results. libhdf5 runs in a worker with ``timeout`` seconds."""
 
     name = "ann-benchmarks HDF5"
+    timeout = 20.0
 
     def __init__(self, workdir: Path, seed: int = 0):
+        import h5py
+
         from bbqlib.io import write_ann_benchmarks
 
         X = unit_rows(64, 12, seed)
-        nn, dist = np.zeros((4, 3), np.int32), np.zeros((4, 3))
+        nn, dist = np.zeros((4, 3), np.int32), np.zeros((4, 3))  # as in the earlier runs
         self.path = write_ann_benchmarks(workdir / "data.hdf5", X, X[:4], nn, dist, "angular")
         self.original = self.path.read_bytes()
+        self.data = np.zeros(len(self.original), bool)  # bytes holding dataset values
+        with h5py.File(self.path, "r") as f:
+            for name in ("train", "test", "neighbors", "distances"):
+                start = f[name].id.get_offset()
+                self.data[start : start + f[name].id.get_storage_size()] = True
         self.clean = self.run()
 
     def run(self):
         from bbqlib.io import read_ann_benchmarks, read_ann_benchmarks_metric
 
-        return (*read_ann_benchmarks(self.path), read_ann_benchmarks_metric(self.path))
+        return (
+            *read_ann_benchmarks(self.path, timeout=self.timeout),
+            read_ann_benchmarks_metric(self.path, timeout=self.timeout),
+        )
 
     def apply(self, rng) -> str:
-        self.path.write_bytes(mutate(self.original, rng))
-        return "hdf5"
+        mutated = mutate(self.original, rng)
+        self.path.write_bytes(mutated)
+        if len(mutated) != len(self.original):
+            return "truncated"
+        changed = np.frombuffer(mutated, np.uint8) != np.frombuffer(self.original, np.uint8)
+        return "data" if self.data[changed].all() else "structure"
 
     def reset(self) -> None:
         self.path.write_bytes(self.original)
@@ -285,7 +303,7 @@ def fuzz(target, n: int, seed: int, start: int = 0, report=None) -> Counter:
 _CHILD = textwrap.dedent(
     """
     import sys, numpy as np, bbqlib
-    from fault_harness import unit_rows
+    from fault_harness import unit_rows, trace_phases
     kind, where = sys.argv[1], sys.argv[2]
     X = unit_rows(3000, 32, 0)
     if kind == "flat":
@@ -305,6 +323,7 @@ _CHILD = textwrap.dedent(
         index = bbqlib.IVFIndex.open(where)
         step = lambda i: index.delete(np.array([i]))
     step(0)  # compiled and warm: the parent's kill lands inside a save
+    step = trace_phases(step, sys.argv[3])  # which phase of a save the kill hits
     print("ready", flush=True)
     i = 1
     while True:
@@ -314,6 +333,46 @@ _CHILD = textwrap.dedent(
 )
 
 SAVE_KINDS = ("flat", "vectors", "ivf_add", "ivf_delete", "ivf_save")
+
+#: Where a kill can land, in the order of a save: outside a save (the child's loop), before
+#: the first temporary file (encoding, serializing), writing a temporary file, in ``fsync``
+#: (of a file or its directory), in the ``rename`` over the target, after a rename (the next
+#: file of an IVF generation, garbage collection, lock release).
+PHASES = ("between saves", "prepare", "write", "fsync", "rename", "after a rename")
+
+
+def trace_phases(step, phase_file: str):
+    """Wrap ``step`` (one save) so that the phase it is in is always in ``phase_file`` (one
+    byte, an index into :data:`PHASES`, memory-mapped: it survives a kill -9)."""
+    import mmap
+
+    from bbqlib.io import atomic
+
+    with open(phase_file, "wb") as f:
+        f.write(bytes(1))
+    with open(phase_file, "r+b") as f:
+        buf = mmap.mmap(f.fileno(), 1)
+    state = {"phase": 0}
+
+    def set_phase(code):
+        state["phase"] = code
+        buf[0] = code
+
+    def wrap(fn, during, after=None):
+        def wrapped(*args, **kwargs):
+            before = state["phase"]
+            set_phase(during)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                set_phase(before if after is None else after)
+
+        return wrapped
+
+    os.fsync = wrap(os.fsync, 3)
+    os.replace = wrap(os.replace, 4, after=5)
+    atomic.temp_path = wrap(atomic.temp_path, 2, after=2)
+    return wrap(step, 1, after=0)
 
 
 def prepare_kill_target(kind: str, workdir: Path) -> Path:
@@ -334,11 +393,15 @@ def prepare_kill_target(kind: str, workdir: Path) -> Path:
     return where
 
 
+def phase_file(where: Path) -> Path:
+    return where.parent / "kill_phase"
+
+
 def start_child(kind: str, where: Path) -> subprocess.Popen:
     tree = Path(bbqlib.__file__).resolve().parents[1]  # the bbqlib under test, not cwd's
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(ROOT / "tests")]))
     proc = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, kind, str(where)],
+        [sys.executable, "-c", _CHILD, kind, str(where), str(phase_file(where))],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=env,
@@ -401,10 +464,12 @@ def leftovers(kind: str, where: Path) -> set[str]:
 def kill_trial(kind: str, workdir: Path, seconds: float, where: Path | None = None):
     """Kill a child saving ``kind`` after ``seconds``; ``(corrupt, leaked files)`` after the
     next open (vector files: the next write of the same path, which cleans up), and the
-    files the kill left before that open (``kill_trial.left``)."""
+    files the kill left before that open (``kill_trial.left``) and the phase of the save
+    it hit (``kill_trial.phase``, one of :data:`PHASES`)."""
     where = where if where is not None else prepare_kill_target(kind, workdir)
     proc = start_child(kind, where)
     kill_after(proc, seconds)
+    kill_trial.phase = PHASES[phase_file(where).read_bytes()[0]]
     kill_trial.left = leftovers(kind, where)
     if kind != "vectors":
         return check_after_kill(kind, where)

@@ -11,21 +11,27 @@ Layout (as written by ``ann_benchmarks/datasets.py``, ``write_output``):
   ``point_type`` (``"float"``), ``dimension`` (d) and ``type`` (``"dense"``).
 
 h5py is an optional extra (``pip install bbqlib[hdf5]``), imported only when these functions run.
+Reading never calls libhdf5 in the caller's process: a damaged file can make libhdf5 hang or
+crash, so a worker process parses it under a timeout (:mod:`bbqlib.io.hdf5_guard`).
 """
 
 from __future__ import annotations
 
 import errno
+import importlib.util
+import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from bbqlib.io.errors import CorruptFileError
+from bbqlib.io.hdf5_guard import HDF5Layout, describe_hdf5, load_dataset
 from bbqlib.io.vectors import PathLike, atomic_path, iter_vector_batches
 
 __all__ = [
     "ANN_BENCHMARKS_DISTANCES",
+    "ANN_BENCHMARKS_METRICS",
     "AnnBenchmarksDataset",
     "read_ann_benchmarks",
     "read_ann_benchmarks_metric",
@@ -34,6 +40,8 @@ __all__ = [
 
 #: The ``distance`` attribute values of ann-benchmarks' float data sets.
 ANN_BENCHMARKS_DISTANCES = ("euclidean", "angular", "dot")
+#: Every ``distance`` value of ann-benchmarks' files (``hamming``, ``jaccard``: bit and set data).
+ANN_BENCHMARKS_METRICS = (*ANN_BENCHMARKS_DISTANCES, "hamming", "jaccard")
 _DATASETS = ("train", "test", "neighbors", "distances")
 
 
@@ -50,32 +58,40 @@ class AnnBenchmarksDataset(NamedTuple):
     distances: np.ndarray
 
 
+_NEEDS_H5PY = "reading or writing ann-benchmarks HDF5 files needs h5py: pip install bbqlib[hdf5]"
+
+
 def _h5py() -> Any:
     try:
         import h5py
     except ImportError as exc:
-        raise ImportError(
-            "reading or writing ann-benchmarks HDF5 files needs h5py: pip install bbqlib[hdf5]"
-        ) from exc
+        raise ImportError(_NEEDS_H5PY) from exc
     return h5py
 
 
-def _open(path: PathLike) -> Any:
-    h5py = _h5py()
+def _check_h5py_installed() -> None:
+    """ImportError naming the extra, without importing h5py here (the worker does)."""
+    if "h5py" in sys.modules:
+        missing = sys.modules["h5py"] is None
+    else:
+        missing = importlib.util.find_spec("h5py") is None
+    if missing:
+        raise ImportError(_NEEDS_H5PY)
+
+
+def _describe(path: PathLike, timeout: float | None, **request: Any) -> HDF5Layout:
+    _check_h5py_installed()
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(errno.ENOENT, "ann-benchmarks file not found", str(path))
-    try:
-        return h5py.File(path, "r")
-    except (OSError, RuntimeError, ValueError, KeyError) as exc:  # "file signature not found"...
-        raise CorruptFileError(f"{str(path)!r} is not a readable HDF5 file: {exc}") from exc
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout: must be a positive number of seconds, got {timeout!r}")
+    return describe_hdf5(path, timeout=timeout, **request)
 
 
-#: What h5py raises on damaged files (its errors map HDF5's C error stack onto these).
-_H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, IndexError, AttributeError)
-
-
-def read_ann_benchmarks(path: PathLike, *, mmap: bool = False) -> AnnBenchmarksDataset:
+def read_ann_benchmarks(
+    path: PathLike, *, mmap: bool = False, timeout: float | None = None
+) -> AnnBenchmarksDataset:
     """Read an ann-benchmarks HDF5 data set.
 
     Parameters
@@ -85,6 +101,12 @@ def read_ann_benchmarks(path: PathLike, *, mmap: bool = False) -> AnnBenchmarksD
     mmap : bool, default False
         Memory-map each dataset stored contiguously and uncompressed (the layout ann-benchmarks
         writes) instead of reading it into RAM; others are read.
+    timeout : float, optional
+        Seconds libhdf5 may take to parse the file (default: 60 plus 1 per 32 MiB of file).
+        libhdf5 can hang or crash on a damaged file, so it runs in a short-lived worker
+        process (:mod:`bbqlib.io.hdf5_guard`) that is killed after ``timeout``; this process
+        then reads the contiguous datasets' bytes itself. Costs a process start (a fraction
+        of a second) per call.
 
     Returns
     -------
@@ -99,8 +121,10 @@ def read_ann_benchmarks(path: PathLike, *, mmap: bool = False) -> AnnBenchmarksD
     FileNotFoundError
         Missing file.
     CorruptFileError
-        (a ``ValueError``) Not HDF5, damaged, a dataset missing or shapes that do not fit
-        together; the message names the file and what is wrong.
+        (a ``ValueError``) Not HDF5, damaged (h5py fails, or the worker hangs or crashes), a
+        dataset missing, shapes or dtypes that do not fit together (``train`` and ``test``
+        alike, integer ``neighbors``, float ``distances``), or ``neighbors`` ids outside
+        ``train``; the message names the file and what is wrong.
 
     Examples
     --------
@@ -109,54 +133,59 @@ def read_ann_benchmarks(path: PathLike, *, mmap: bool = False) -> AnnBenchmarksD
     >>> read_ann_benchmarks_metric(path)  # doctest: +SKIP
     'angular'
     """
-    f = _open(path)
-    try:
-        with f:
-            missing = [name for name in _DATASETS if name not in f]
-            if missing:
-                raise CorruptFileError(
-                    f"{str(path)!r} is not an ann-benchmarks file: datasets {missing} are "
-                    f"missing (it has {sorted(f.keys())})"
-                )
-            h5py = _h5py()
-            odd = [name for name in _DATASETS if not isinstance(f[name], h5py.Dataset)]
-            if odd:
-                raise CorruptFileError(f"{str(path)!r}: {odd} are not datasets")
-            arrays = [_load(f[name], path, mmap) for name in _DATASETS]
-    except CorruptFileError:
-        raise
-    except _H5_ERRORS as exc:  # damage found while reading (h5py raises many kinds)
-        raise CorruptFileError(f"{str(path)!r} is a damaged HDF5 file: {exc}") from exc
-    dataset = AnnBenchmarksDataset(*arrays)
+    with _describe(path, timeout, datasets=_DATASETS) as layout:
+        missing = [name for name in _DATASETS if name not in layout.datasets]
+        if missing:
+            raise CorruptFileError(
+                f"{str(path)!r} is not an ann-benchmarks file: datasets {missing} are "
+                f"missing (it has {layout.keys})"
+            )
+        odd = [name for name in _DATASETS if not layout.datasets[name]["dataset"]]
+        if odd:
+            raise CorruptFileError(f"{str(path)!r}: {odd} are not datasets")
+        dataset = AnnBenchmarksDataset(*(load_dataset(layout, n, mmap=mmap) for n in _DATASETS))
     try:
         _check_shapes(dataset, f"{str(path)!r}")
     except ValueError as exc:
         raise CorruptFileError(str(exc)) from None
+    neighbors = dataset.neighbors
+    if dataset.train.dtype != dataset.test.dtype:
+        raise CorruptFileError(
+            f"{str(path)!r}: train ({dataset.train.dtype}) and test ({dataset.test.dtype}) "
+            "must hold the same type of values"
+        )
+    if neighbors.dtype.kind not in "iu" or dataset.distances.dtype.kind != "f":
+        raise CorruptFileError(
+            f"{str(path)!r}: neighbors must hold integer ids and distances floats, got "
+            f"{neighbors.dtype} and {dataset.distances.dtype}"
+        )
+    if neighbors.size and (neighbors.min() < 0 or neighbors.max() >= len(dataset.train)):
+        raise CorruptFileError(
+            f"{str(path)!r}: neighbors ids must lie in [0, {len(dataset.train)}) (rows of "
+            f"train), found [{neighbors.min()}, {neighbors.max()}]"
+        )
     return dataset
 
 
-def _load(dset: Any, path: PathLike, mmap: bool) -> np.ndarray:
-    offset = dset.id.get_offset()  # None unless contiguous and allocated
-    if mmap and offset is not None and dset.chunks is None and not dset.external:
-        return np.memmap(path, dtype=dset.dtype, mode="r", offset=offset, shape=dset.shape)
-    return dset[()]
+def read_ann_benchmarks_metric(path: PathLike, *, timeout: float | None = None) -> str:
+    """The ``distance`` attribute of an ann-benchmarks file: ``"euclidean"``, ``"angular"``...
 
-
-def read_ann_benchmarks_metric(path: PathLike) -> str:
-    """The ``distance`` attribute of an ann-benchmarks file: ``"euclidean"``, ``"angular"``..."""
-    f = _open(path)
-    try:
-        with f:
-            if "distance" not in f.attrs:
-                raise CorruptFileError(
-                    f"{str(path)!r} has no 'distance' attribute; it is not an ann-benchmarks file"
-                )
-            value = f.attrs["distance"]
-    except CorruptFileError:
-        raise
-    except _H5_ERRORS as exc:
-        raise CorruptFileError(f"{str(path)!r} is a damaged HDF5 file: {exc}") from exc
-    return value.decode() if isinstance(value, bytes) else str(value)
+    Read through the same guarded worker as :func:`read_ann_benchmarks` (``timeout`` alike);
+    a value ann-benchmarks does not know (:data:`ANN_BENCHMARKS_METRICS`) is a
+    :class:`CorruptFileError`.
+    """
+    with _describe(path, timeout, attrs=("distance",), read=False) as layout:
+        if "distance" not in layout.attrs:
+            raise CorruptFileError(
+                f"{str(path)!r} has no 'distance' attribute; it is not an ann-benchmarks file"
+            )
+        value = layout.attrs["distance"]
+    if value not in ANN_BENCHMARKS_METRICS:
+        raise CorruptFileError(
+            f"{str(path)!r}: distance attribute {value!r} is none of ann-benchmarks' "
+            f"metrics {ANN_BENCHMARKS_METRICS}"
+        )
+    return value
 
 
 def write_ann_benchmarks(
