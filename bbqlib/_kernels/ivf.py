@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .osq import _row_codes, _row_interval
-from .policy import parallel_kernel, prange
+from .policy import kernel, parallel_kernel, prange
 from .scoring import (
     BLOCK,
     EMPTY_ID,
@@ -54,6 +54,20 @@ __all__ = [
     "dedup_topk_rows",
     "topk_columns",
 ]
+
+
+@kernel(inline="always")
+def pack_row_planes(kbuf, planes, plane_bytes, out):
+    """Codes ``kbuf`` (one per padded dimension) into ``out`` as ``planes`` bit planes of
+    ``plane_bytes`` bytes, MSB first, one byte at a time, branch-free (the
+    ``packing.pack_planes`` layout)."""
+    for s in range(planes):
+        base = s * plane_bytes
+        for j in range(plane_bytes):
+            byte = 0
+            for t in range(8):
+                byte = (byte << 1) | ((kbuf[8 * j + t] >> s) & 1)
+            out[base + j] = byte
 
 
 @parallel_kernel(vectorize=False)
@@ -234,14 +248,7 @@ def quantize_pairs(X, C, rows, cols, bits, iters, lam, euclidean, planes, codes_
         kbuf = out if planes == 0 else np.zeros(plane_bytes * 8, dtype=np.uint8)
         ksum = _row_codes(v, c, a, b, levels, kbuf)
         if planes > 0:
-            # Pack MSB first, one byte at a time, branch-free (packing.pack_planes layout).
-            for s in range(planes):
-                base = s * plane_bytes
-                for j in range(plane_bytes):
-                    byte = 0
-                    for t in range(8):
-                        byte = (byte << 1) | ((kbuf[8 * j + t] >> s) & 1)
-                    out[base + j] = byte
+            pack_row_planes(kbuf, planes, plane_bytes, out)
         # The float32 interval ends, as quantize_rows stores them.
         lo = np.float32(a)
         hi = np.float32(b)

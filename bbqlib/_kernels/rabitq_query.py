@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .ivf import pack_row_planes
 from .policy import parallel_kernel, prange
 
 __all__ = ["rabitq_query_pairs"]
@@ -71,14 +72,7 @@ def rabitq_query_pairs(Q, C, pair_query, pair_list, qbits, is_l2, planes, codes_
             for j in range(d, width):
                 out[j] = 0
         else:
-            # MSB-first bytes of each plane, branch-free (packing.pack_planes layout).
-            for s in range(planes):
-                base = s * plane_bytes
-                for j in range(plane_bytes):
-                    byte = 0
-                    for t in range(8):
-                        byte = (byte << 1) | ((kbuf[8 * j + t] >> s) & 1)
-                    out[base + j] = byte
+            pack_row_planes(kbuf, planes, plane_bytes, out)
         factors_out[p, 0] = lo
         factors_out[p, 1] = step
         factors_out[p, 2] = total
