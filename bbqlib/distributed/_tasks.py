@@ -19,6 +19,7 @@ import numpy as np
 from .._validation import check_vectors, prepare_for_similarity
 from ..io.blocks import BLOCK_ROWS
 from ..io.streamed import StreamedContainer, write_rows
+from ..scoring.stored import stored_row_bytes, to_stored
 from ._dask import set_worker_threads, shared_value
 
 __all__ = [
@@ -44,6 +45,7 @@ class BuildState:
     staging: str
     vectors: str | None  # the one vector segment (.npy, preallocated), None: no vectors
     vectors_offset: int  # bytes of its .npy header
+    vector_kind: str | None = "float32"  # the stored kind (bbqlib.scoring.stored)
 
 
 def prepared(block, quantizer, dim: int) -> np.ndarray:
@@ -97,13 +99,14 @@ def assign_and_encode(block, state: BuildState, part: int, dim: int, row0: int, 
     P = prepared(block, q, dim)
     vectors_crc = blocks_crc = None
     if state.vectors is not None:
-        rows = np.ascontiguousarray(P, dtype="<f4")
+        rows = to_stored(P, state.vector_kind)  # as IVFIndex.add stores them
+        data = _row_bytes(rows)
         with open(state.vectors, "r+b") as f:
-            f.seek(state.vectors_offset + row0 * dim * 4)
-            f.write(memoryview(rows.reshape(-1).view(np.uint8)))
+            f.seek(state.vectors_offset + row0 * stored_row_bytes(state.vector_kind, dim))
+            f.write(memoryview(data))
         blocks_crc = block_crc_pieces(rows, row0)
-        vectors_crc = (zlib.crc32(rows.reshape(-1).view(np.uint8)), rows.nbytes)
-        del rows
+        vectors_crc = (zlib.crc32(data), data.size)
+        del rows, data
     W = q.transform_rows(P)
     del P
     n = W.shape[0]
@@ -130,6 +133,12 @@ def assign_and_encode(block, state: BuildState, part: int, dim: int, row0: int, 
             "vectors_crc": vectors_crc, "blocks_crc": blocks_crc}  # fmt: skip
 
 
+def _row_bytes(rows: np.ndarray) -> np.ndarray:
+    """The bytes of stored rows (float [m, d] or int8 records [m]) as one uint8 vector."""
+    rows = np.ascontiguousarray(rows)
+    return rows.reshape(rows.shape[0], -1).view(np.uint8).reshape(-1)
+
+
 def block_crc_pieces(rows: np.ndarray, row0: int, block_rows: int = BLOCK_ROWS) -> list:
     """CRC32 of the part of every checksum block (``block_rows`` rows of the whole segment,
     :mod:`bbqlib.io.blocks`) that rows ``row0 : row0 + len(rows)`` cover, as
@@ -140,7 +149,7 @@ def block_crc_pieces(rows: np.ndarray, row0: int, block_rows: int = BLOCK_ROWS) 
     while start < n:
         block = (row0 + start) // block_rows
         stop = min(n, (block + 1) * block_rows - row0)
-        piece = rows[start:stop].reshape(-1).view(np.uint8)
+        piece = _row_bytes(rows[start:stop])
         out.append((block, zlib.crc32(piece), piece.size))
         start = stop
     return out
