@@ -230,6 +230,8 @@ def build_dist(args) -> dict:
 
     class _Stages(logging.Handler):  # "bbqlib build <token>: <stage> took <s> s"
         def emit(self, record):
+            if not str(record.msg).endswith("took %.1f s"):
+                return
             stage, took = record.args[1], record.args[2]
             stages[str(stage)] = float(took)
 
@@ -397,6 +399,25 @@ def shards_check(args, workdir: Path, n: int) -> dict:
     return out
 
 
+def structure(index) -> dict:
+    """The list profile of an index: lists, primary rows per list (percentiles), lists above
+    the re-split limit (2 x cluster_size), SOAR spills (not timed)."""
+    assign = np.asarray(index._assign)
+    K = index.n_lists
+    prim = np.bincount(assign[:, 0], minlength=K)
+    spill = assign[:, 1] >= 0
+    entries = prim + np.bincount(assign[spill, 1], minlength=K)
+    pct = np.percentile(prim, [1, 10, 50, 90, 99, 100])
+    return {
+        "lists": K,
+        "primary per list 1/10/50/90/99/100%": " / ".join(f"{x:.0f}" for x in pct),
+        "lists > 2 x cluster_size": int((prim > 2 * index.cluster_size).sum()),
+        "rows in them": int(prim[prim > 2 * index.cluster_size].sum()),
+        "spill fraction": float(spill.mean()),
+        "entries a row's list holds (mean)": float((prim * entries).sum() / prim.sum()),
+    }
+
+
 def _same_index(a: Path, b: Path) -> bool:
     import bbqlib
 
@@ -448,6 +469,15 @@ def run_all(args) -> int:
         gt = np.load(workdir / f"gt-{n}.npy")
         names = {"single": "single process", "dask2": "dask 2 workers"}
         indexes = {names[k]: bbqlib.IVFIndex.open(idx[k]) for k in names if idx[k].exists()}
+        res["structure"] = [{"index": k, **structure(v)} for k, v in indexes.items()]
+        res["recall_more"] = [
+            {"index": name, "search": label,
+             "recall": _recall(index.search(Q, 10, visit_percentage=1.0, **kw)[1], gt)}
+            for label, kw in (("vp 1.0, rerank=False", {"rerank": False}),
+                              ("vp 1.0, oversample 10", {"oversample": 10}))
+            for name, index in indexes.items()
+        ]  # fmt: skip
+        save()
         res["search"] = search_table(indexes, Q, gt, [None, 0.5, 1.0, 2.0])
         save()
     if "shards" not in skip:
@@ -576,6 +606,14 @@ def report(res: dict, n: int, _common):
         tables.append(head + _common.markdown_table(
             res["search"], [("index", "index"), ("vp", "visit_percentage"), ("recall", "recall@10"),
                             ("qps", "QPS", ".0f")]))  # fmt: skip
+    if "structure" in res:
+        cols = [(k, k) for k in res["structure"][0]]
+        tables.append(f"### List profile, {tag}\n\n" + _common.markdown_table(
+            res["structure"], cols))  # fmt: skip
+    if "recall_more" in res:
+        tables.append(f"### Recall@10 without timing, {tag}\n\n" + _common.markdown_table(
+            res["recall_more"], [("index", "index"), ("search", "search"),
+                                 ("recall", "recall@10", ".4f")]))  # fmt: skip
     if "shards" in res:
         sh = res["shards"]
         rows = [{"what": k, "value": v} for k, v in sh.items()]

@@ -457,8 +457,7 @@ def test_assigner_walk_finds_the_nearest_centroid():
 def test_block_checksums_joined_from_partition_pieces():
     """The vector file's block CRC32s, joined on the driver from each partition's pieces,
     equal those of the whole matrix (blocks spanning 1-3 partitions, uneven partitions)."""
-    from bbqlib.distributed._tasks import block_crc_pieces
-    from bbqlib.distributed.build import _join_blocks
+    from bbqlib.distributed._tasks import block_crc_pieces, join_blocks
     from bbqlib.io.blocks import BlockChecksums
 
     rows = np.random.default_rng(3).normal(size=(1000, 5)).astype("<f4")
@@ -466,6 +465,6 @@ def test_block_checksums_joined_from_partition_pieces():
     results = [{"blocks_crc": block_crc_pieces(rows[a:b], a, block_rows=64)}
                for a, b in zip(cuts[:-1], cuts[1:], strict=True)]  # fmt: skip
     want = BlockChecksums.of(rows, 64).crcs
-    assert np.array_equal(_join_blocks(results, 1000, block_rows=64), want)
+    assert np.array_equal(join_blocks(results, 1000, block_rows=64), want)
     with pytest.raises(RuntimeError, match="do not cover"):
-        _join_blocks(results[:-1], 1000, block_rows=64)
+        join_blocks(results[:-1], 1000, block_rows=64)

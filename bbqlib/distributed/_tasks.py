@@ -18,7 +18,7 @@ import numpy as np
 
 from .._validation import check_vectors, prepare_for_similarity
 from ..io.blocks import BLOCK_ROWS
-from ..io.streamed import StreamedContainer, write_rows
+from ..io.streamed import StreamedContainer, crc32_combine, write_rows
 from ..scoring.stored import stored_row_bytes, to_stored
 from ._dask import set_worker_threads, shared_value
 
@@ -31,6 +31,8 @@ __all__ = [
     "MergePlan",
     "merge_lists",
     "block_crc_pieces",
+    "join_blocks",
+    "list_ranges",
 ]
 
 
@@ -223,3 +225,25 @@ def merge_lists(plan: MergePlan, j0: int, j1: int):
         lut_crc = ST.list_crcs(arrays, start, blocks=True)
     crc = ST.list_crcs(arrays, start)
     return crc, lut_crc, out
+
+
+def join_blocks(results, n: int, block_rows: int = BLOCK_ROWS) -> np.ndarray:
+    """The vector segment's block CRC32s (:mod:`bbqlib.io.blocks`) from the partitions'
+    pieces (a block that spans two partitions has a piece in each), without reading it."""
+    crcs = np.zeros(-(-n // block_rows), dtype=np.uint32)
+    seen = np.zeros(crcs.size, dtype=bool)
+    for r in results:  # partition order = row order
+        for block, crc, nbytes in r["blocks_crc"]:
+            crcs[block] = crc32_combine(int(crcs[block]), crc, nbytes) if seen[block] else crc
+            seen[block] = True
+    if not seen.all():
+        raise RuntimeError("the partitions' block checksums do not cover the vector segment")
+    return crcs
+
+
+def list_ranges(sizes: np.ndarray, per_task: int) -> list[tuple[int, int]]:
+    """Consecutive list ranges of about ``per_task`` entries each (at least one list)."""
+    K = sizes.size
+    ends = np.searchsorted(np.cumsum(sizes), np.arange(per_task, int(sizes.sum()), per_task))
+    cuts = np.unique(np.concatenate([[0], ends + 1, [K]]).clip(0, K))
+    return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]

@@ -47,6 +47,7 @@ from ..index.ivf.build import (
 from ..io.blocks import BLOCK_ROWS, BlockChecksums
 from ..packing import lut_block_starts
 from ._dask import broadcast, require, resolve_client, run_tasks
+from ._tasks import join_blocks, list_ranges
 from .inputs import as_dask_array
 
 __all__ = ["build_ivf", "BuildError", "default_sample"]
@@ -447,7 +448,7 @@ class _Build:
         drops = [dropped[self.rows[p] : self.rows[p + 1]] for p in range(len(results))]
         plan = MergePlan(str(self.staging), container, offsets, self.rows, drops, start, planes)
         shared = broadcast(self.client, plan, self.staging)
-        ranges = _list_ranges(sizes, MERGE_ENTRIES)
+        ranges = list_ranges(sizes, MERGE_ENTRIES)
         parts = self.tasks(merge_lists, [(shared, j0, j1) for j0, j1 in ranges], "merge")
         crc = np.concatenate([p[0] for p in parts])
         lut_crc = np.concatenate([p[1] for p in parts]) if planes else None
@@ -486,7 +487,7 @@ class _Build:
             vec_crc = 0
             for r in results:
                 vec_crc = crc32_combine(vec_crc, *r["vectors_crc"])
-            checks = BlockChecksums(_join_blocks(results, self.n), BLOCK_ROWS, None)
+            checks = BlockChecksums(join_blocks(results, self.n), BLOCK_ROWS, None)
             target = self.path / self.vectors.name
             with open(self.vectors, "r+b") as f:
                 os.fsync(f.fileno())
@@ -512,32 +513,8 @@ class _Build:
         F.save(index, self.path)
 
 
-def _join_blocks(results, n: int, block_rows: int = BLOCK_ROWS) -> np.ndarray:
-    """The vector segment's block CRC32s (:mod:`bbqlib.io.blocks`) from the partitions'
-    pieces (a block that spans two partitions has a piece in each), without reading it."""
-    from ..io.streamed import crc32_combine
-
-    crcs = np.zeros(-(-n // block_rows), dtype=np.uint32)
-    seen = np.zeros(crcs.size, dtype=bool)
-    for r in results:  # partition order = row order
-        for block, crc, nbytes in r["blocks_crc"]:
-            crcs[block] = crc32_combine(int(crcs[block]), crc, nbytes) if seen[block] else crc
-            seen[block] = True
-    if not seen.all():
-        raise RuntimeError("the partitions' block checksums do not cover the vector segment")
-    return crcs
-
-
 def _next_generation(path: Path) -> int:
     from ..index.ivf import storage as ST
 
     manifest = ST._read_manifest(path)
     return (int(manifest["generation"]) if manifest else 0) + 1
-
-
-def _list_ranges(sizes: np.ndarray, per_task: int) -> list[tuple[int, int]]:
-    """Consecutive list ranges of about ``per_task`` entries each (at least one list)."""
-    K = sizes.size
-    ends = np.searchsorted(np.cumsum(sizes), np.arange(per_task, int(sizes.sum()), per_task))
-    cuts = np.unique(np.concatenate([[0], ends + 1, [K]]).clip(0, K))
-    return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
