@@ -29,13 +29,18 @@ NOTES = [
     "bytes (smaps) after serving minus before opening (anonymous + index files). 'sized from "
     "1M calibration': bbqlib.sizing(1_000_000, 384, report.chosen) of the 1M calibration; "
     "'100,000 build': the same configuration built on a seeded 100,000-vector subsample, its "
-    "list shape, build time and latency measured there and scaled by sizing's rules. "
-    "Measured latency is one query per call (Python overhead included); calibration's is per "
-    "query of a 200-query batch.",
+    "list shape, build time and latency measured there and scaled by sizing's rules "
+    "('entries as measured': its posting entries per vector taken as they are; '+ list density "
+    "rule': with bbqlib.calibration.density.entries_at, the subsample clustered into the lists "
+    "1M vectors will have, as bbqlib.calibrate(..., n=1_000_000) does). Measured latency: per "
+    "query of a 200-query batch searched in the building process right after the build "
+    "(batch, what calibration and sizing time) and one query per call in the serving process "
+    "(single, Python overhead included).",
     "Timed parts (the 1M calibration, the grid part, sizing) ran holding "
-    "/work/notes/bench.lock, during which /work/notes/bench_guard.py pauses every process at "
-    "nice >= 10 (the other helpers' jobs): the load average before a run counts those paused "
-    "jobs; the one after is the machine as the run left it.",
+    "/work/notes/bench.lock. Until session 5 /work/notes/bench_guard.py paused every process "
+    "at nice >= 10 while the lock was held; from session 6 (the sizing, grid and SAQ rows) "
+    "nothing is paused: other helpers' jobs ran at nice 19 beside the timed runs (load average "
+    "in each row).",
     "Grid: search='grid' measures every point of the same space at every oversample and "
     "visit budget (no pruning, no monotonicity assumed), in groups of equal bytes from the "
     "cheapest up, and stops after the first group where some setting meets the target (no "
@@ -165,7 +170,12 @@ def _sizing_rows(sizing):
         measured = g["anon"] + g["postings"] + g["other"]
         sources = [("1M calibration", r["sizing"])]
         if r.get("sizing_small"):
-            sources.append((f"{small_n:,} build", r["sizing_small"]))
+            plain = "entries as measured" if r.get("sizing_rule") else ""
+            sources.append((f"{small_n:,} build {plain}".strip(), r["sizing_small"]))
+        if r.get("sizing_rule"):
+            sources.append((f"{small_n:,} build + list density rule", r["sizing_rule"]))
+        batch = r.get("batch_latency_ms")
+        batch = "" if batch is None else f"{batch:.2f} / "
         for source, s in sources:
             # The flat twin reuses the IVF configuration's record: its timings are not its own.
             timed = r["index"] != "flat"
@@ -175,12 +185,12 @@ def _sizing_rows(sizing):
                 r["index"], source, f"{s['disk_bytes'] / MB:,.0f}", f"{r['disk'] / MB:,.0f}",
                 f"{s['disk_bytes'] / r['disk']:.3f}", f"{s['ram_bytes'] / MB:,.0f}",
                 f"{measured / MB:,.0f}", f"{s['ram_bytes'] / max(1, measured):.3f}",
-                f"{m['cgroup_peak'] / MB:,.0f}", f"{lat} / {m['latency_ms']:.2f}",
+                f"{m['cgroup_peak'] / MB:,.0f}", f"{lat} / {batch}{m['latency_ms']:.2f}",
                 f"{build} / {r['build_seconds']:.0f}",
             ])  # fmt: skip
     return _table(["index", "sized from", "sizing disk MB", "measured disk MB", "ratio",
                    "sizing RAM MB", "measured RSS growth MB (serving)", "ratio",
-                   "cgroup peak MB", "latency ms sizing / measured",
+                   "cgroup peak MB", "latency ms sizing / measured (batch / single)",
                    "build s sizing / measured"], rows)  # fmt: skip
 
 
