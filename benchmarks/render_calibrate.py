@@ -9,6 +9,11 @@ MB = 1 << 20
 
 #: Protocol notes printed under the tables.
 NOTES = [
+    "Sessions: the debian-minilm-384 splits (flat and IVF), the smart walk against the grid "
+    "and the sizing table are from session 6, with SAQ in the search space (average budgets "
+    "1, 1.5, 2, 3, 4, 5, 6 bits per dimension, float queries). The wall-time rows, the "
+    "spacy-wordvec-300 splits, the rerank-store recalls and the candidate tables are from "
+    "session 5, whose space had no SAQ.",
     "Target: recall@10 >= 0.95 as the one-sided 95% bootstrap lower bound over the 200 "
     "calibration queries; a split passes when the chosen configuration, built afresh "
     "(report.build(), add(base)) and searched with its defaults, has mean recall@10 >= 0.945 "
@@ -113,6 +118,8 @@ def _grid_rows(grid):
         if not sm or not g:
             continue
         ratio = (sm["bytes_per_vector"] / g["bytes_per_vector"]) if g.get("label") else float("nan")
+        if r.get("untimed"):  # ran at nice 19 outside the lock: CPU s only are figures
+            key += " (untimed, nice 19)"
         rows.append([key, sm["label"], f"{sm['bytes_per_vector']:.0f}", g["label"],
                      f"{g['bytes_per_vector']:.0f}", f"{ratio:.3f}",
                      f"{sm['seconds']:.1f} / {sm['cpu_seconds']:.1f}", sm["candidates"],
