@@ -503,10 +503,13 @@ def render(args) -> None:
         "python benchmarks/bench_calibrate.py shared --datasets spacy-wordvec-300 --grid-splits 0 "
         "--workdir W/spacy   # and --indexes ivf, --workdir W/spacy_ivf\n"
         "python benchmarks/bench_calibrate.py shared --datasets debian-minilm-384 --indexes flat "
-        "--no-wall --grid-splits 0 --workdir W/debian\n"
+        "--no-wall --grid-splits 0 --workdir W/debian20\n"
+        "python benchmarks/bench_calibrate.py shared --datasets debian-minilm-384 --indexes ivf "
+        "--no-wall --grid-splits-ivf-minilm 0 --workdir W/debian20ivf\n"
         "flock /work/notes/bench.lock python benchmarks/bench_calibrate.py synthetic --splits 0 "
         "--workdir W\n"
-        "flock /work/notes/bench.lock python benchmarks/bench_calibrate.py grid --workdir W/grid\n"
+        "flock /work/notes/bench.lock python benchmarks/bench_calibrate.py grid --datasets D "
+        "--indexes I --workdir W/grid   # one hold per data set and index\n"
         "python benchmarks/bench_calibrate.py sizing --workdir W   # root: cgroup v1\n"
         "python benchmarks/bench_calibrate.py render --workdir W [--shared-json earlier.json ...]",
         tables,

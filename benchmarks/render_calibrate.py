@@ -71,6 +71,8 @@ def _wall_rows(shared, synthetic):
     if synthetic and "wall_seconds" in synthetic:
         items.append(("synthetic-clustered-1M ivf", {**synthetic, "n": 1_000_000, "d": 384}))
     for key, r in items:
+        if "wall_timings" not in r:  # splits only (run with --no-wall)
+            continue
         t = r["wall_timings"]
         gt = t.get("ground_truth", 0.0)
         lists = sum(v for k, v in t.items() if k.endswith("reference"))
@@ -220,5 +222,7 @@ def render_markdown(parts: dict, target: float, slack: float):
     if synthetic and synthetic.get("wall_table"):
         tables.append("### The 1M calibration's candidates\n\n" + synthetic["wall_table"])
     for key, r in (shared or {}).items():
-        tables.append(f"### Candidates of the wall-time calibration: {key}\n\n" + r["wall_table"])
+        if r.get("wall_table"):
+            tables.append(f"### Candidates of the wall-time calibration: {key}\n\n"
+                          + r["wall_table"])  # fmt: skip
     return tables, []
