@@ -222,7 +222,9 @@ def build_dist(args) -> dict:
     )  # fmt: skip
     client = distributed.Client(cluster)
     pids = client.run(_start_sampler)
-    groups = [_cgroup(f"bbqlib-dask-{i}", pid, args.cap_mb) for i, pid in
+    # one group per worker, named after this process: concurrent builds must not share one
+    # (a finished build removes its groups)
+    groups = [_cgroup(f"bbqlib-dask-{os.getpid()}-{i}", pid, args.cap_mb) for i, pid in
               enumerate(pids.values())]  # fmt: skip
     files = Path(args.files).read_text().split() if args.files else _shards(workdir, args.n)
     X = from_files(files)
@@ -408,11 +410,22 @@ def structure(index) -> dict:
     spill = assign[:, 1] >= 0
     entries = prim + np.bincount(assign[spill, 1], minlength=K)
     pct = np.percentile(prim, [1, 10, 50, 90, 99, 100])
+    # rows whose primary list is not their nearest (a seeded sample of 20,000; BLAS)
+    rows = np.sort(np.random.default_rng(0).choice(assign.shape[0], min(20_000, assign.shape[0]),
+                                                   replace=False))  # fmt: skip
+    W = index.quantizer.transform_rows(index._vectors_rows(rows)).astype(np.float64)
+    C = np.asarray(index.centroids_, dtype=np.float64)
+    D = np.einsum("ij,ij->i", C, C)[None, :] - 2.0 * (W @ C.T)
+    D += np.einsum("ij,ij->i", W, W)[:, None]  # squared distances
+    best = D.min(axis=1)
+    outside = float(np.mean(D[np.arange(rows.size), assign[rows, 0]] > best * (1 + 1e-6) + 1e-9))
     return {
         "lists": K,
         "primary per list 1/10/50/90/99/100%": " / ".join(f"{x:.0f}" for x in pct),
         "lists > 2 x cluster_size": int((prim > 2 * index.cluster_size).sum()),
         "rows in them": int(prim[prim > 2 * index.cluster_size].sum()),
+        "rows outside their nearest list (20k sample)": outside,
+        "empty lists": int((prim == 0).sum()),
         "spill fraction": float(spill.mean()),
         "entries a row's list holds (mean)": float((prim * entries).sum() / prim.sum()),
     }
