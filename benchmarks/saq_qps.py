@@ -8,7 +8,10 @@ The ``--part qps`` of ``benchmarks/bench_saq.py`` (issue 15's last rows):
    vectors over a sweep of ``oversample``; recall@10 of each setting, then the QPS of the
    fastest setting reaching recall@10 0.90 and 0.95 and the ratio SAQ / RaBitQ.
 2. **IVF**, the same with ``IVFIndex`` (same ``cluster_size``, SOAR on), sweeping
-   ``visit_percentage`` x ``oversample`` (and ``rerank=False``).
+   ``visit_percentage`` x ``oversample`` (and ``rerank=False``); beside SAQ (float queries:
+   its two-pass 4-bit lookup-table list scan) and RaBitQ at its default query bits, both
+   with ``query_bits=4`` ("q4": RaBitQ's lookup-table scan of issue 11, the ratio's base;
+   SAQ's one 4-bit pass without float re-score).
 3. **rabitqlib** ``IvfIndex`` (``nbits = bits``, ``RaBitQKMeans`` centroids, as many lists as
    bbqlib's IVF, no rerank: rabitqlib has none below 32 bits) sweeping ``nprobe``, next to
    bbqlib's IVF SAQ without rerank (its raw estimate) at the visited share of vectors that
@@ -116,11 +119,23 @@ def _pair(index_cls, bits, sim) -> dict:
     return {f"SAQ {bits:g}b": index_cls(saq), f"RaBitQ {bits:g}b": index_cls(rq)}
 
 
+def _ivf_methods(bits, sim) -> dict:
+    """:func:`_pair`'s IVF indexes plus SAQ and RaBitQ with 4-bit queries (RaBitQ's: the
+    fast lookup-table scan of issue 11; SAQ's: one 4-bit pass, no float re-score)."""
+    out = _pair(bbqlib.IVFIndex, bits, sim)
+    out[f"SAQ {bits:g}b q4"] = bbqlib.IVFIndex(
+        bbqlib.SAQQuantizer(bits=float(bits), query_bits=4, similarity=sim)
+    )
+    out[f"RaBitQ {bits:g}b q4"] = bbqlib.IVFIndex(
+        bbqlib.RaBitQQuantizer(bits=int(bits), query_bits=4, similarity=sim)
+    )
+    return out
+
+
 def flat_rows(ds, bits_list, repeats, log) -> tuple[list[dict], list[dict]]:
     points, summary = [], []
     for bits in bits_list:
-        with bench_lock():
-            points, summary = _flat_bits(ds, bits, repeats, log, points, summary)
+        points, summary = _flat_bits(ds, bits, repeats, log, points, summary)
     return points, summary
 
 
@@ -135,7 +150,8 @@ def _flat_bits(ds, bits, repeats, log, points, summary):
             key = (name, os_)
             runs[key] = lambda ix=ix, os_=os_: ix.search(Q, 10, oversample=os_)
             meta[key] = recall_at_k(runs[key]()[1], ds.gt_ids, 10)
-    med, load = _time(runs, repeats)
+    with bench_lock():
+        med, load = _time(runs, repeats)
     per = {name: [] for name in idx}
     for (name, os_), t in med.items():
         ix = idx[name]
@@ -155,15 +171,14 @@ def _flat_bits(ds, bits, repeats, log, points, summary):
 def ivf_rows(ds, bits_list, repeats, log, rabitqlib=True):
     points, summary, peer_rows = [], [], []
     for bits in bits_list:
-        with bench_lock():
-            _ivf_bits(ds, bits, repeats, log, rabitqlib, points, summary, peer_rows)
+        _ivf_bits(ds, bits, repeats, log, rabitqlib, points, summary, peer_rows)
     return points, summary, peer_rows
 
 
 def _ivf_bits(ds, bits, repeats, log, rabitqlib, points, summary, peer_rows) -> None:
     Q, sim = ds.queries, ds.similarity
     _nice()
-    idx = _pair(bbqlib.IVFIndex, bits, sim)
+    idx = _ivf_methods(bits, sim)
     runs, meta = {}, {}
     for name, ix in idx.items():
         t0 = time.perf_counter()
@@ -175,7 +190,8 @@ def _ivf_bits(ds, bits, repeats, log, rabitqlib, points, summary, peer_rows) -> 
                 key = (name, vp, os_)
                 runs[key] = lambda ix=ix, vp=vp, kw=kw: ix.search(Q, 10, visit_percentage=vp, **kw)
                 meta[key] = recall_at_k(runs[key]()[1], ds.gt_ids, 10)
-    med, load = _time(runs, repeats)
+    with bench_lock():
+        med, load = _time(runs, repeats)
     per = {name: [] for name in idx}
     raw = {name: [] for name in idx}
     for (name, vp, os_), t in med.items():
@@ -190,7 +206,7 @@ def _ivf_bits(ds, bits, repeats, log, rabitqlib, points, summary, peer_rows) -> 
         }  # fmt: skip
         (raw if os_ == "raw" else per)[name].append(p)
         points.append(p)
-    summary += [dict(r, bits=bits, load=load) for r in _summary(per, f"RaBitQ {bits:g}b")]
+    summary += [dict(r, bits=bits, load=load) for r in _summary(per, f"RaBitQ {bits:g}b q4")]
     log(f"ivf {bits}: {summary[-2 * len(idx) :]}")
     if rabitqlib:
         peer_rows += _rabitqlib_rows(ds, bits, idx[f"SAQ {bits:g}b"], raw, repeats, log)
@@ -216,7 +232,8 @@ def _rabitqlib_rows(ds, bits, saq_ix, saq_raw, repeats, log) -> list[dict]:
             key = ("saq", vp, os_)
             runs[key] = lambda vp=vp, kw=kw: saq_ix.search(Q, 10, visit_percentage=vp, **kw)
             rec[key] = recall_at_k(runs[key]()[1], ds.gt_ids, 10)
-    med, load = _time(runs, repeats)
+    with bench_lock():
+        med, load = _time(runs, repeats)
     rows = []
     for key, t in med.items():
         if key[0] == "rabitqlib":
@@ -281,14 +298,14 @@ def run(ds, bits_list, repeats, log, *, ivf=True, rabitqlib=True) -> list[str]:
         out.append(_points_md(f"Flat sweep, {head}", points))
         if ivf:
             points, summary, peer = ivf_rows(ds, bits_list, repeats, log, rabitqlib)
-            out.append(_summary_md(f"IVF, QPS at recall@10 targets, {head}", summary))
+            out.append(_summary_md(f"IVF, QPS at recall@10 targets, {head}", summary, "RaBitQ q4"))
             out.append(_points_md(f"IVF sweep, {head}", points))
             if peer:
                 out.append(_points_md(f"IVF SAQ vs rabitqlib IvfIndex, {head}", peer))
     return out
 
 
-def _summary_md(title, rows) -> str:
+def _summary_md(title, rows, base="RaBitQ") -> str:
     t = _common_table(
         rows,
         [
@@ -296,7 +313,7 @@ def _summary_md(title, rows) -> str:
             ("bits", "bits/dim"),
             ("method", "method"),
             ("qps", "QPS", ",.0f"),
-            ("vs_base", "QPS / RaBitQ", ".2f"),
+            ("vs_base", f"QPS / {base}", ".2f"),
             ("recall", "recall@10"),
             ("setting", "fastest setting reaching it"),
             ("bytes", "bytes/vector"),
@@ -336,6 +353,10 @@ NOTES = [
     "no swept setting did). QPS / RaBitQ compares with bbqlib's RaBitQQuantizer at the same "
     "bits and target (its default query bits: 4-bit queries through the AVX2 lookup-table "
     "scan).",
+    "IVF: QPS / RaBitQ q4 compares with bbqlib's RaBitQQuantizer(bits, query_bits=4) in "
+    "the same IVF (its AVX2 lookup-table list scan, the fastest bbqlib IVF configuration). "
+    "'SAQ q4' is SAQQuantizer(bits, query_bits=4) (one 4-bit pass); plain 'SAQ' runs the "
+    "two-pass scan (4-bit pass, float re-score).",
     "IVF bytes/vector: one posting entry (code + factors + 4-byte row); SOAR stores about 2 "
     "entries per vector; the float32 rerank vectors are extra for both. rabitqlib: its saved "
     "file / n (ids and centroids included), no rerank.",
