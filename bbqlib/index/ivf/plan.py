@@ -20,6 +20,7 @@ import numpy as np
 
 from ..._kernels import ivf as KI
 from ..._kernels import scoring as KS
+from ..._validation import row_sq_norms
 from ...quantizers.osq import DEFAULT_ITERS, quantize_rows
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "centroid_table",
     "rank_lists",
     "plan_visits",
+    "lists_wanted",
     "dynamic_visit_ratio",
     "check_visit_percentage",
 ]
@@ -147,7 +149,7 @@ def rank_lists(
     by_distance = by_distance or is_l2  # euclidean keys are distances already
     qb, qf = _query_codes_g(Qt, table, is_l2)
     K = table.codes.shape[0]
-    qq = _sqnorms(Qt)[:, None]
+    qq = row_sq_norms(Qt)[:, None]  # the single-query plan's arithmetic (lane sums)
     if dense or not table.has_parents or want >= K:
         keys = _dense_keys(qb, qf, table.codes, table.factors, table.gg, is_l2)
         if by_distance and not is_l2:
@@ -249,6 +251,20 @@ def plan_visits(
     return pair_list, pair_query, pair_start, satisfied
 
 
+def lists_wanted(need: float, mean_size: float, ratio: float, K: int, n_parents: int) -> int:
+    """Lists an unfiltered plan ranks before the budget (``mean_size``: mean list size).
+
+    ``2 · lists_needed + 8`` (at least 32); with ``n_parents`` parent centroids at least
+    Elasticsearch's candidate buffer, visit ratio x (K / 2P) x K children ("centroid
+    oversampling" of about centroids-per-parent / 2).
+    """
+    lists_needed = math.ceil(need / max(1.0, mean_size))
+    want = max(2 * lists_needed + 8, 32)
+    if n_parents:
+        want = max(want, math.ceil(ratio * K / (2 * n_parents) * K))
+    return want
+
+
 def plan_batch(
     Qt: np.ndarray,
     table: CentroidTable,
@@ -276,13 +292,8 @@ def plan_batch(
         need_allowed = max(heap, need * allowed_sizes.sum() / max(1, sizes.sum()))
         plan = plan_visits(rank(Qt, 0, dense=True), sizes, need, allowed_sizes, need_allowed)
         return plan[:3]
-    lists_needed = math.ceil(need / max(1.0, sizes.mean()))
-    want = max(2 * lists_needed + 8, 32)
-    if table.has_parents:
-        # ES's candidate buffer: visit ratio x (K / 2P) x K children ("centroid
-        # oversampling" of about centroids-per-parent / 2).
-        n_parents = table.parent_codes.shape[0]
-        want = max(want, math.ceil(ratio * K / (2 * n_parents) * K))
+    n_parents = table.parent_codes.shape[0] if table.has_parents else 0
+    want = lists_wanted(need, float(sizes.mean()), ratio, K, n_parents)
     ranked = rank(Qt, want)
     plan = plan_visits(ranked, sizes, need)
     if not plan[3].all() and ranked.shape[1] < K:

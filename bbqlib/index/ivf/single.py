@@ -6,11 +6,13 @@ are one segment; otherwise it returns None and the batch path runs. The results 
 ``last_search_stats`` are the batch path's. Float16 and int8 rows (``store_vectors``) are
 decoded for the candidates only, after the scan, as the batch path's rerank decodes them.
 
-An index without a transform and without parent centroids answers in one call
+An index without a transform answers in one call
 (:func:`bbqlib._kernels.single.ivf_search_fused`), which releases the GIL once per query;
-the others (float16 / int8 rows included), and a query whose lists or rows have unchecked
-CRC32s (an index opened from files, until each block has been read once), take the steps
-one call at a time.
+with parent centroids (more than 256 lists) its plan is the compiled two-level walk
+(:func:`bbqlib._kernels.single.ivf_plan_two`, the lists ``plan_batch`` picks). The others
+(a transform, float16 / int8 rows) take the steps one call at a time; a query whose lists
+or rows have unchecked CRC32s (an index opened from files, until each block has been read
+once) stops, has them checked, and is repeated.
 """
 
 from __future__ import annotations
@@ -34,6 +36,24 @@ _EMPTY_MASK = np.empty(0, np.uint8)
 # The rows' block mask of float vectors without block CRC32s: one block beyond any row.
 _ALL_ROWS_OK = np.ones(1, dtype=bool)
 _ONE_BLOCK = np.int64(2**62)
+
+
+def _parents(table, dim: int) -> tuple:
+    """The parent-level arguments of ``ivf_plan_two`` (empty arrays of the same types when
+    the index has no parents: one compiled specialization for both)."""
+    if not table.has_parents:
+        return (
+            np.empty((0, dim), np.uint8), np.empty((0, 4), np.float32), np.empty(0),
+            np.empty(0), np.empty(0, np.int32), np.zeros(1, np.int64),
+        )  # fmt: skip
+    return (
+        np.ascontiguousarray(table.parent_codes, dtype=np.uint8),
+        np.ascontiguousarray(table.parent_factors, dtype=np.float32),
+        np.ascontiguousarray(table.parent_cc, dtype=np.float64),
+        np.ascontiguousarray(table.parent_radius, dtype=np.float64),
+        np.ascontiguousarray(table.child_order, dtype=np.int32),
+        np.ascontiguousarray(table.child_offsets, dtype=np.int64),
+    )
 
 
 def _state(index):
@@ -75,6 +95,9 @@ def _state(index):
                 is_l2,
                 by_distance or is_l2,
             ),  # fmt: skip
+            "parents": _parents(table, q.dim_),
+            "n_parents": table.parent_codes.shape[0] if table.has_parents else 0,
+            "mean_size": float(sizes.mean()),
             "C": np.ascontiguousarray(index._C, dtype=np.float32),
             "width": width,
             "docs": (
@@ -153,19 +176,17 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
     need = max(2.0 * ratio * ntotal, heap)
     sim = q.similarity_
     pad = np.inf if sim.is_distance and scores == "raw" else -np.inf
+    n_lists = state["sizes"].shape[0]
+    want = P.lists_wanted(need, state["mean_size"], ratio, n_lists, state["n_parents"])
+    plan = (*state["plan"], float(need), *state["parents"], want)
     decoded = rerank and state["vectors"] is None  # float16 / int8 rows: not in the fused call
-    if q.transform_ is None and not index._table.has_parents and not decoded:
-        return _fused(index, state, x, sim, k, pad, need, heap, depth, rerank, scores)
+    if q.transform_ is None and not decoded:
+        return _fused(index, state, x, sim, k, pad, plan, heap, depth, rerank, scores)
     Qp = prepared_query(x, sim)
     if Qp is None:
         return None
     Qt = Qp if q.transform_ is None else q.transform_rows(Qp)
-    table = index._table
-    if table.has_parents:
-        is_l2, by_distance = state["is_l2"], state["by_distance"]
-        lists = P.plan_batch(Qt, table, state["sizes"], is_l2, by_distance, ratio, need, heap)[0]
-    else:
-        lists = KO.ivf_plan_one(Qt, *state["plan"], float(need))
+    lists = KO.ivf_plan_two(Qt, *plan)
     return _scan_finish(index, state, Qp, Qt, lists, k, heap, depth, rerank, scores)
 
 
@@ -174,7 +195,7 @@ def _lists_ok(postings) -> np.ndarray:
     return postings._verified_blocks if postings.lut_crc is not None else postings._verified
 
 
-def _fused(index, state, x, sim, k, pad, need, heap, depth, rerank, scores):
+def _fused(index, state, x, sim, k, pad, plan, heap, depth, rerank, scores):
     """The steps in one compiled call. Where the call stops at a list or a block of rows
     whose CRC32 is unchecked (an index opened from files, at its first read of them), the
     check runs and the call is repeated: the same query, the same result, and no other
@@ -193,7 +214,7 @@ def _fused(index, state, x, sim, k, pad, need, heap, depth, rerank, scores):
     for _ in range(3):  # the lists checked, then the rows, then done
         status, lists, keys, rows, entries, raw, out_rows = KO.ivf_search_fused(
             x, cosine, sim is Similarity.DOT_PRODUCT, MAX_SQ_NORM, UNIT_NORM_TOLERANCE, qp,
-            *state["plan"], float(need), state["C"], enc.query_bits, q.lam, state["is_l2"],
+            *plan, state["C"], enc.query_bits, q.lam, state["is_l2"],
             state["width"], *state["docs"], heap, depth, lists_ok, vectors, bool(rerank), k,
             pad, rows_ok, block_rows,
         )  # fmt: skip
