@@ -262,13 +262,13 @@ def test_single_queries_from_two_threads(make_vectors):
         _same(got[i], (batch[0][i], batch[1][i]))
 
 
-def _parent_table(rng, K, d, is_l2, *, ties=False):
+def _parent_table(rng, K, d, is_l2, *, ties=False, per_parent=12):
     """A centroid table with parents over random groups of the ``K`` lists (some parents of
     one child; with ``ties`` duplicated centroids and parents: exact key ties)."""
     C = rng.normal(size=(K, d)).astype(np.float32) * rng.uniform(0.5, 2.0, size=(K, 1))
     if ties:
         C[1::3] = C[0::3][: C[1::3].shape[0]]  # every list beside a twin
-    cuts = np.sort(rng.choice(np.arange(1, K), size=K // 12, replace=False))
+    cuts = np.sort(rng.choice(np.arange(1, K), size=K // per_parent, replace=False))
     cuts[:3] = [1, 2, 3]  # three parents of one child
     offsets = np.concatenate([[0], np.unique(cuts), [K]]).astype(np.int64)
     order = rng.permutation(K).astype(np.int32)
@@ -284,15 +284,17 @@ def _parent_table(rng, K, d, is_l2, *, ties=False):
 
 
 @pytest.mark.parametrize("similarity", ["euclidean", "cosine", "max_inner_product"])
-@pytest.mark.parametrize("ties", [False, True])
-def test_ivf_plan_two_matches_reference_and_batch_plan(similarity, ties, rng):
+@pytest.mark.parametrize("ties, per_parent", [(False, 12), (True, 12), (False, 4)])
+def test_ivf_plan_two_matches_reference_and_batch_plan(similarity, ties, per_parent, rng):
     """The compiled two-level plan against its NumPy reference and ``plan_batch`` (random
     and adversarial tables: twins, parents of one child, empty lists, queries on a centroid
-    or far away, budgets below one list, beyond the ranked lists, beyond everything)."""
+    or far away, budgets below one list, beyond the ranked lists, beyond everything; with
+    4 lists per parent every list is ranked, ``walks_parents``)."""
     is_l2 = similarity == "euclidean"
     by_distance = similarity != "max_inner_product"
     K, d = 300, 12
-    table = _parent_table(rng, K, d, is_l2, ties=ties)
+    table = _parent_table(rng, K, d, is_l2, ties=ties, per_parent=per_parent)
+    assert P.walks_parents(table) == (per_parent >= P.WALK_MIN_CHILDREN)
     sizes = rng.integers(0, 40, size=K).astype(np.int64)
     sizes[::7] = 0  # empty lists
     C = table.codes.astype(np.float32)  # any rows; queries near / on / far from centroids
@@ -309,16 +311,22 @@ def test_ivf_plan_two_matches_reference_and_batch_plan(similarity, ties, rng):
     parents = single_ivf._parents(table, d)
     for ratio in (0.0005, 0.01, 0.1, 0.9, 5.0):
         need = max(ratio * sizes.sum(), 1.0)
-        want = P.lists_wanted(need, float(sizes.mean()), ratio, K, table.parent_codes.shape[0])
+        n_par = table.parent_codes.shape[0] if P.walks_parents(table) else 0
+        want = P.lists_wanted(need, float(sizes.mean()), ratio, K, n_par)
         batch = P.plan_batch(Q, table, sizes, is_l2, by_distance, ratio, need, 4)
         for i in range(Q.shape[0]):
             q2 = Q[i : i + 1]
             lists = KO.ivf_plan_two(q2, *plan, need, *parents, want)
-            ref = plan_two_reference(Q[i], table, sizes, is_l2, by_distance, need, want)
+            if n_par:
+                ref = plan_two_reference(Q[i], table, sizes, is_l2, by_distance, need, want)
+            else:
+                ref = plan_one_reference(Q[i], *plan[:6], is_l2, by_distance, need)
             assert lists.tolist() == ref, (ratio, i)
             mine = batch[0][batch[2][i] : batch[2][i + 1]]
             np.testing.assert_array_equal(lists, mine)
             for few in (1, 5, 40):  # small heaps; the budget beyond them: every list ranked
+                if not n_par:
+                    break
                 lists = KO.ivf_plan_two(q2, *plan, need, *parents, few)
                 ref = plan_two_reference(Q[i], table, sizes, is_l2, by_distance, need, few)
                 assert lists.tolist() == ref, (ratio, i, few)

@@ -40,8 +40,9 @@ _ONE_BLOCK = np.int64(2**62)
 
 def _parents(table, dim: int) -> tuple:
     """The parent-level arguments of ``ivf_plan_two`` (empty arrays of the same types when
-    the index has no parents: one compiled specialization for both)."""
-    if not table.has_parents:
+    plans rank every list, :func:`~bbqlib.index.ivf.plan.walks_parents`: one compiled
+    specialization for both)."""
+    if not P.walks_parents(table):
         return (
             np.empty((0, dim), np.uint8), np.empty((0, 4), np.float32), np.empty(0),
             np.empty(0), np.empty(0, np.int32), np.zeros(1, np.int64),
@@ -96,8 +97,9 @@ def _state(index):
                 by_distance or is_l2,
             ),  # fmt: skip
             "parents": _parents(table, q.dim_),
-            "n_parents": table.parent_codes.shape[0] if table.has_parents else 0,
+            "n_parents": table.parent_codes.shape[0] if P.walks_parents(table) else 0,
             "mean_size": float(sizes.mean()),
+            "calls": {},
             "C": np.ascontiguousarray(index._C, dtype=np.float32),
             "width": width,
             "docs": (
@@ -142,6 +144,42 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
     """``IVFIndex.search`` of one query, or None where the batch path must run."""
     if filter is not None or not index._fitted or index._n_deleted:
         return None
+    q = index.quantizer
+    x = one_query(queries, q.dim_)
+    if x is None:
+        return None
+    state = _state(index)
+    if state is False:
+        return None
+    # The settings of a call, resolved and checked once per distinct set of arguments (an
+    # application repeats the same few): the GIL-held Python of a query is its fixed cost.
+    key = (k, type(k), visit_percentage, type(visit_percentage), oversample, type(oversample),
+           rerank, type(rerank), scores, index.visit_percentage, index.store_vectors)  # fmt: skip
+    calls = state["calls"]
+    try:
+        call = calls.get(key)
+    except TypeError:  # an unhashable argument: the batch path checks it
+        return None
+    if call is None:
+        call = _settings(index, state, k, visit_percentage, oversample, rerank, scores)
+        if call is None:
+            return None
+        if len(calls) < 64:
+            calls[key] = call
+    if call[0]:
+        return _fused(index, state, x, call)
+    _, k, depth, heap, pad, rerank, plan, _ = call
+    Qp = prepared_query(x, q.similarity_)
+    if Qp is None:
+        return None
+    Qt = Qp if q.transform_ is None else q.transform_rows(Qp)
+    lists = KO.ivf_plan_two(Qt, *plan)
+    return _scan_finish(index, state, Qp, Qt, lists, k, heap, depth, rerank, scores)
+
+
+def _settings(index, state, k, visit_percentage, oversample, rerank, scores):
+    """A call's settings resolved (the index's defaults) and checked, or None where the
+    batch path must run: ``(fused, k, depth, heap, pad, rerank, plan, fused_args)``."""
     if rerank is None:  # the index's default
         rerank = bool(index.store_vectors)
     if visit_percentage is None:
@@ -154,12 +192,6 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
         if type(visit_percentage) not in (int, float) or not 0.0 < visit_percentage <= 100.0:
             return None
     q = index.quantizer
-    x = one_query(queries, q.dim_)
-    if x is None:
-        return None
-    state = _state(index)
-    if state is False:
-        return None
     enc = q.encoding_
     default = enc.default_oversample
     oversample = default if oversample is None else check_oversample(oversample, default)
@@ -180,52 +212,46 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
     want = P.lists_wanted(need, state["mean_size"], ratio, n_lists, state["n_parents"])
     plan = (*state["plan"], float(need), *state["parents"], want)
     decoded = rerank and state["vectors"] is None  # float16 / int8 rows: not in the fused call
-    if q.transform_ is None and not decoded:
-        return _fused(index, state, x, sim, k, pad, plan, heap, depth, rerank, scores)
-    Qp = prepared_query(x, sim)
-    if Qp is None:
-        return None
-    Qt = Qp if q.transform_ is None else q.transform_rows(Qp)
-    lists = KO.ivf_plan_two(Qt, *plan)
-    return _scan_finish(index, state, Qp, Qt, lists, k, heap, depth, rerank, scores)
+    fused = q.transform_ is None and not decoded
+    vectors = state["vectors"] if state["vectors"] is not None else state["C"]  # one type
+    head = (sim is Similarity.COSINE, sim is Similarity.DOT_PRODUCT, MAX_SQ_NORM,
+            UNIT_NORM_TOLERANCE)  # fmt: skip
+    tail = (
+        *plan, state["C"], enc.query_bits, q.lam, state["is_l2"], state["width"],
+        *state["docs"], heap, depth, _lists_ok(index._postings), vectors, bool(rerank), k, pad,
+    )  # fmt: skip
+    return fused, k, depth, heap, pad, rerank, plan, (sim, scores, head, tail)
 
 
 def _lists_ok(postings) -> np.ndarray:
-    """Per list: whether the CRC32 of what the scan reads has been checked."""
+    """Per list: whether the CRC32 of what the scan reads has been checked (marked in
+    place by the checks)."""
     return postings._verified_blocks if postings.lut_crc is not None else postings._verified
 
 
-def _fused(index, state, x, sim, k, pad, plan, heap, depth, rerank, scores):
+def _fused(index, state, x, call):
     """The steps in one compiled call. Where the call stops at a list or a block of rows
     whose CRC32 is unchecked (an index opened from files, at its first read of them), the
     check runs and the call is repeated: the same query, the same result, and no other
     kernel to load at start-up."""
-    q = index.quantizer
-    enc = q.encoding_
-    cosine = sim is Similarity.COSINE
-    qp = np.empty_like(x) if cosine else x
+    _, k, depth, heap, pad, rerank, _, (sim, scores, head, tail) = call
+    qp = np.empty_like(x) if head[0] else x
     blocks = state["segment"].blocks if rerank else None
     rows_ok, block_rows = _ALL_ROWS_OK, _ONE_BLOCK
     if blocks is not None:
         rows_ok, block_rows = blocks._checked, blocks.block_rows
-    vectors = state["vectors"] if state["vectors"] is not None else state["C"]  # one type
-    postings = index._postings
-    lists_ok = _lists_ok(postings)
     for _ in range(3):  # the lists checked, then the rows, then done
         status, lists, keys, rows, entries, raw, out_rows = KO.ivf_search_fused(
-            x, cosine, sim is Similarity.DOT_PRODUCT, MAX_SQ_NORM, UNIT_NORM_TOLERANCE, qp,
-            *plan, state["C"], enc.query_bits, q.lam, state["is_l2"],
-            state["width"], *state["docs"], heap, depth, lists_ok, vectors, bool(rerank), k,
-            pad, rows_ok, block_rows,
-        )  # fmt: skip
+            x, *head, qp, *tail, rows_ok, block_rows
+        )
+        if status == 0:
+            break
         if status == 1:
             return None  # the general path raises the error
         if status == 2:
-            _check_lists(postings, lists, state)  # marks them in ``lists_ok``, or raises
-        elif status == 3:
-            state["segment"].check_rows(rows[rows >= 0])  # marks their blocks in ``rows_ok``
+            _check_lists(index._postings, lists, state)  # marks them in ``lists_ok``
         else:
-            break
+            state["segment"].check_rows(rows[rows >= 0])  # marks their blocks in ``rows_ok``
     else:  # a check that did not mark what it checked: never expected, kept safe
         Qp = qp.reshape(1, -1)
         return _scan_finish(index, state, Qp, Qp, lists, k, heap, depth, rerank, scores)
