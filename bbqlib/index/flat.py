@@ -14,14 +14,8 @@ from .._validation import (
     owned_rows,
     prepare_for_similarity,
 )
-from ..io.atomic import clean_orphans
-from ..io.container import (
-    CorruptFileError,
-    check_format_version,
-    read_container,
-    write_container,
-)
-from ..quantizers import BBQQuantizer, EncodedVectors, Quantizer, quantizer_from_state
+from ..io.blocks import BlockChecksums
+from ..quantizers import BBQQuantizer, EncodedVectors, Quantizer
 from ..scoring import (
     candidate_count,
     check_oversample,
@@ -32,19 +26,11 @@ from ..scoring import (
 )
 from ..scoring.stored import check_store_vectors, stored_exact_values, stored_rows, to_stored
 from ._locks import IndexGuard
+from .flat_files import FORMAT_VERSION, read_flat, write_flat
 from .ids import RowIds, filter_rows
 from .single import flat_search_one
 
-__all__ = ["FlatIndex"]
-
-_KIND = "flat_index"
-#: Version of what a flat index file holds (docs/formats.md). 2: ``format_version`` in the
-#: meta; int8 ``per_dim`` / ``global`` codes carry their own registry wire numbers; OSQ at
-#: every width 1-8. 3: custom ids (``ids`` section, ``next_id``) and tombstones (``deleted``
-#: bitmap, ``n_deleted``). 4: ``store_vectors`` names the kind of the ``vectors`` section
-#: (``"float32"``, ``"float16"``, ``"int8"`` records, or false; ``true`` in older files is
-#: float32) and ``oversample`` the index's default rerank depth. Versions 1-3 still open.
-FORMAT_VERSION = 4
+__all__ = ["FlatIndex", "FORMAT_VERSION"]
 
 
 class FlatIndex:
@@ -126,11 +112,15 @@ class FlatIndex:
         self._joined: tuple | None = None
         self._ids = RowIds()
         self._deleted: np.ndarray | None = None  # bool [ntotal] once something is deleted
+        self._vector_blocks: BlockChecksums | None = None  # a loaded file's, until joined
         self._guard = IndexGuard()
 
     def __getstate__(self):
+        if self._vectors:  # pickling reads every row: check them first
+            self._check_vector_rows(self._vectors[0], None)
         state = dict(self.__dict__)
         state.pop("_guard", None)
+        state["_vector_blocks"] = None
         return state
 
     def __setstate__(self, state):
@@ -220,6 +210,9 @@ class FlatIndex:
             if self._joined is None:
                 codes = EncodedVectors.concatenate(self._codes) if self._codes else None
                 vectors = None
+                if len(self._vectors) > 1:  # joining reads every row of a loaded file's
+                    self._check_vector_rows(self._vectors[0], None)
+                    self._vector_blocks = None  # the joined rows live in RAM
                 if self._vectors:
                     vectors = (
                         self._vectors[0]
@@ -332,6 +325,7 @@ class FlatIndex:
         depth = candidate_count(k, oversample, n) if rerank else min(k, n)
         keys, rows = q.topk_keys(Q, codes, depth, allowed=allowed)
         if rerank:
+            self._check_vector_rows(vectors, rows)
             raw = stored_exact_values(Q, vectors, rows, exact_mode(sim))
             keys, rows = rerank_keys(raw, rows, k, sim)
         return self._finish(keys, rows, k, scores)
@@ -349,6 +343,7 @@ class FlatIndex:
             )
         if vectors is None:
             raise ValueError("rerank='bound' needs the float vectors (store_vectors=True)")
+        self._check_vector_rows(vectors, None)  # the bound rerank reads rows as it goes
         if vectors.dtype.names is not None:  # int8 records: the bound rerank reads float rows
             vectors = stored_rows(vectors)
         keys, ids, reads = q.search_bound_rerank(Q, codes, vectors, k, allowed=allowed)
@@ -371,37 +366,9 @@ class FlatIndex:
         killed writers of ``path`` left). Thread-safe: a concurrent :meth:`add` waits.
         """
         with self._guard.reading():
-            return self._save(path)
-
-    def _save(self, path) -> Path:
-        q = self.quantizer
-        if not q.is_fitted:
-            raise NotFittedError("this FlatIndex is empty; call add(X) before save")
-        codes, vectors = self._parts()
-        params, q_arrays = q.get_state()
-        arrays = {f"quantizer.{k}": v for k, v in q_arrays.items()}
-        if codes is not None:
-            arrays["codes"] = codes.codes
-            arrays["corrections"] = codes.corrections
-        if vectors is not None and self.store_vectors:
-            arrays["vectors"] = vectors
-        if not self._ids.is_identity:
-            arrays["ids"] = np.asarray(self._ids.ids, dtype=np.int64)
-        if self.n_deleted:
-            arrays["deleted"] = np.packbits(self._deleted, bitorder="little")
-        meta = {
-            "format_version": FORMAT_VERSION,
-            "quantizer": params,
-            "encoding_wire": q.encoding_.wire,
-            "similarity": q.similarity_.value,
-            "dim": q.dim_,
-            "ntotal": self.ntotal,
-            "store_vectors": self.store_vectors,
-            "oversample": self.oversample,
-            "next_id": self._ids.next_id,
-            "n_deleted": self.n_deleted,
-        }
-        return write_container(path, _KIND, meta, arrays)
+            if not self.quantizer.is_fitted:
+                raise NotFittedError("this FlatIndex is empty; call add(X) before save")
+            return write_flat(self, path)
 
     @classmethod
     def load(cls, path, *, mmap: bool = True, verify: bool = True) -> FlatIndex:
@@ -409,103 +376,41 @@ class FlatIndex:
 
         Temporary files that killed writers of ``path`` left are removed first (unless a live
         writer holds the path's lock). Every section's CRC32 is checked (``verify=False``
-        skips that); a malformed file raises :class:`~bbqlib.CorruptFileError`.
+        skips that): at load, except the memory-mapped float vectors of files written since
+        flat format 5, whose blocks of rows are each checked on first read (a search reads
+        only its candidates' rows). A malformed file raises :class:`~bbqlib.CorruptFileError`.
         """
-        clean_orphans(path)
-        kind, meta, arrays = read_container(path, mmap=mmap, verify=verify)
-        if kind != _KIND:
-            raise ValueError(f"{path} holds a {kind!r}, not a flat index; use bbqlib.load")
-        check_format_version(path, "flat index", meta.get("format_version", 1), FORMAT_VERSION)
-        try:
-            return cls._from_file(path, meta, arrays)
-        except CorruptFileError:
-            raise
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
-            raise CorruptFileError(
-                f"{path} holds a malformed flat index ({type(err).__name__}: {err})"
-            ) from err
+        return read_flat(cls, path, mmap=mmap, verify=verify)
 
-    @classmethod
-    def _from_file(cls, path, meta: dict, arrays: dict) -> FlatIndex:
-        q_arrays = {
-            k.split(".", 1)[1]: np.asarray(v)
-            for k, v in arrays.items()
-            if k.startswith("quantizer.")
-        }
-        q = quantizer_from_state(meta["quantizer"], q_arrays)
-        index = cls(q, store_vectors=meta["store_vectors"], oversample=meta.get("oversample"))
-        n = int(meta["ntotal"])
-        if "codes" in arrays:
-            codes, corrections = arrays["codes"], arrays["corrections"]
-            if codes.shape != (n, q.encoding_.doc_bytes(q.dim_)) or corrections.shape[:1] != (n,):
-                raise ValueError(
-                    f"codes {codes.shape} / corrections {corrections.shape}, ntotal {n}"
-                )
-            index._codes = [
-                EncodedVectors(
-                    codes, corrections, q.encoding_, q.dim_, q.centroid_dot_, q.fingerprint_
-                )
-            ]
-        elif n:
-            raise ValueError(f"no codes for ntotal {n}")
-        if "vectors" in arrays:
-            index._vectors = [_checked_vectors(path, arrays["vectors"], index, q.dim_, n)]
-        index._restore_ids(path, meta, arrays)
-        return index
+    def verify(self) -> dict:
+        """Check now what a loaded file's searches would check on first read; raise if bad.
 
-    def _restore_ids(self, path, meta: dict, arrays: dict) -> None:
-        """Ids and tombstones of a loaded file (formats 1-2: ids = rows, none deleted)."""
-        n = self.ntotal
-        ids = arrays.get("ids")
-        if ids is not None and (ids.shape != (n,) or ids.dtype != np.int64):
-            raise CorruptFileError(
-                f"{path} holds ids of {ids.dtype} {ids.shape} for {n} vectors; the file is damaged"
-            )
-        next_id = meta.get("next_id")
-        if ids is not None and ids.size:
-            low, high = int(ids.min()), int(ids.max())
-            if low < 0 or (next_id is not None and high >= int(next_id)):
-                raise CorruptFileError(
-                    f"{path} holds ids in [{low}, {high}] but next_id {next_id}; the file is "
-                    "damaged"
-                )
-        self._ids = RowIds(n, ids, next_id)
-        n_deleted = int(meta.get("n_deleted", 0))
-        if "deleted" in arrays:
-            packed = np.asarray(arrays["deleted"])
-            if packed.dtype != np.uint8 or packed.shape != ((n + 7) // 8,):
-                raise CorruptFileError(
-                    f"{path} holds a deletion bitmap of {packed.dtype} {packed.shape} for {n} "
-                    "vectors; the file is damaged"
-                )
-            deleted = np.unpackbits(packed, count=n, bitorder="little").astype(bool)
-            if int(deleted.sum()) != n_deleted:
-                raise CorruptFileError(
-                    f"{path} marks {int(deleted.sum())} vectors deleted but its header says "
-                    f"{n_deleted}; the file is damaged"
-                )
-            self._deleted = deleted
-        elif n_deleted:
-            raise CorruptFileError(
-                f"{path} says {n_deleted} vectors are deleted but holds no deletion bitmap"
-            )
+        The sections of a file are checked at :meth:`load`, except its memory-mapped float
+        vectors (flat format 5 on), whose blocks of rows are checked as searches first read
+        them; this reads and checks every block not checked yet. Returns a small summary.
+        """
+        with self._guard.reading():
+            blocks = self._vector_blocks
+            if blocks is not None and self._vectors:
+                self._check_vector_rows(self._vectors[0], None)
+            return {
+                "vectors": self.ntotal,
+                "vector_blocks": 0 if blocks is None else int(blocks.crcs.size),
+            }
+
+    def _check_vector_rows(self, vectors, rows) -> None:
+        """Check the blocks of ``rows`` (None: all) of a loaded file's memory-mapped vectors
+        before they are read. No-op for vectors in RAM or already checked."""
+        blocks = self._vector_blocks  # set only while the loaded segment is the only one
+        if blocks is None or blocks.all_checked:
+            return
+        if rows is None:
+            blocks.check_all(vectors)
+        else:
+            rows = np.asarray(rows).reshape(-1)
+            blocks.check(vectors, rows[rows >= 0])
 
     def __repr__(self) -> str:
         deleted = f", deleted={self.n_deleted}" if self.n_deleted else ""
         store = "" if self.store_vectors == "float32" else f", store_vectors={self.store_vectors!r}"
         return f"FlatIndex(vectors={len(self)}{deleted}, quantizer={self.quantizer!r}{store})"
-
-
-def _checked_vectors(path, vectors: np.ndarray, index: FlatIndex, dim: int, n: int) -> np.ndarray:
-    """The ``vectors`` section, checked against the kind the meta records."""
-    from ..scoring.stored import vector_dtype
-
-    kind = index.store_vectors
-    want = vector_dtype(kind, dim) if kind else None
-    shape = (n,) if kind == "int8" else (n, dim)
-    if want is None or vectors.dtype != want or vectors.shape != shape:
-        raise CorruptFileError(
-            f"{path} holds vectors of {vectors.dtype} {vectors.shape}; its meta records "
-            f"store_vectors={kind!r} for {n} vectors of dimension {dim}"
-        )
-    return vectors

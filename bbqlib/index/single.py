@@ -182,5 +182,7 @@ def flat_search_one(index, queries, k, oversample, rerank, filter, scores):
         Qt, centroid, q.encoding_.query_bits, q.iters, q.lam, docs[7], width, *docs,
         _mask(index), depth,
     )  # fmt: skip
+    if rerank:  # a loaded file's blocks of these rows are checked on their first read
+        index._check_vector_rows(vectors, rows)
     out, rows = rerank_finish(Qp, vectors, keys, rows, k, sim, rerank, scores)
     return out, index._ids.of_rows(rows)

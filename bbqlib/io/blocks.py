@@ -77,6 +77,12 @@ class BlockChecksums:
         self.block_rows = int(block_rows)
         self.file = file
         self._checked = np.zeros(self.crcs.size, dtype=bool)
+        self._all = self.crcs.size == 0
+
+    @property
+    def all_checked(self) -> bool:
+        """Whether every block was checked (then :meth:`check` costs nothing)."""
+        return self._all
 
     @classmethod
     def of(cls, arr: np.ndarray, block_rows: int = BLOCK_ROWS, file=None) -> BlockChecksums:
@@ -109,7 +115,7 @@ class BlockChecksums:
 
     def check(self, arr: np.ndarray, rows: np.ndarray) -> None:
         """Check every not yet checked block holding one of ``rows`` (valid, >= 0) of ``arr``."""
-        if rows.size == 0 or self._checked.all():
+        if rows.size == 0 or self._all:
             return
         blocks = np.unique(np.asarray(rows, dtype=np.int64) // self.block_rows)
         todo = blocks[~self._checked[blocks]]
@@ -122,6 +128,8 @@ class BlockChecksums:
                     f"{int(b)}); restore the file or rebuild the index"
                 )
             self._checked[b] = True
+        if todo.size and self._checked.all():
+            self._all = True
 
     def check_all(self, arr: np.ndarray) -> None:
         self.check(arr, np.arange(0, arr.shape[0], self.block_rows))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from collections.abc import Collection
 from pathlib import Path
 from typing import NamedTuple
 
@@ -210,7 +211,9 @@ def _section(sec, path: Path, size: int):
     return name, dtype, shape, offset, nbytes, crc
 
 
-def open_container(path, *, mmap: bool = True, verify: bool = True) -> Container:
+def open_container(
+    path, *, mmap: bool = True, verify: bool = True, defer: Collection[str] = ()
+) -> Container:
     """Read a container: its kind, meta, arrays and the sections' recorded CRC32s.
 
     Parameters
@@ -218,6 +221,9 @@ def open_container(path, *, mmap: bool = True, verify: bool = True) -> Container
     mmap : memory-map the sections (read-only) instead of reading them into RAM.
     verify : check every section's CRC32 now (reads every byte once). Without it, callers
         check what they read with :func:`crc32_of` against ``crcs``.
+    defer : names of memory-mapped sections not to check now, because the caller checks
+        them piece by piece as it reads them (e.g. a flat index's vectors by block of rows:
+        opening a large file then reads only what its first search needs).
     """
     path = Path(path)
     if not path.exists():
@@ -235,7 +241,7 @@ def open_container(path, *, mmap: bool = True, verify: bool = True) -> Container
             else:
                 f.seek(offset)
                 arr = np.frombuffer(f.read(nbytes), dtype=dtype).reshape(shape).copy()
-            if verify and crc32_of(arr) != crc:
+            if verify and not (mmap and name in defer) and crc32_of(arr) != crc:
                 raise CorruptFileError(
                     f"{path} is corrupted (checksum mismatch in section {name!r})"
                 )
@@ -244,7 +250,7 @@ def open_container(path, *, mmap: bool = True, verify: bool = True) -> Container
     return Container(header["kind"], header.get("meta", {}), arrays, crcs)
 
 
-def read_container(path, *, mmap: bool = True, verify: bool = True):
+def read_container(path, *, mmap: bool = True, verify: bool = True, defer: Collection[str] = ()):
     """Read a container: ``(kind, meta, arrays)`` (see :func:`open_container`)."""
-    c = open_container(path, mmap=mmap, verify=verify)
+    c = open_container(path, mmap=mmap, verify=verify, defer=defer)
     return c.kind, c.meta, c.arrays
