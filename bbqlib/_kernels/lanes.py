@@ -44,13 +44,17 @@ __all__ = [
 #: Lanes of every row sum (one 8-wide vector; module docstring).
 LANES = 8
 
+F16 = ir.HalfType()
 F32 = ir.FloatType()
 F64 = ir.DoubleType()
+I16 = ir.IntType(16)
 I64 = ir.IntType(64)
 V8F32 = ir.VectorType(F32, LANES)
 V8F64 = ir.VectorType(F64, LANES)
 
-_ROW_DTYPES = (types.float32, types.float64)
+#: Row dtypes of the lane loops. numba has no float16 type, so float16 rows come as their
+#: ``uint16`` bit patterns (``arr.view(np.uint16)``) and are widened as IEEE halves.
+_ROW_DTYPES = (types.float32, types.float64, types.uint16)
 
 
 def splat(builder, value):
@@ -63,10 +67,15 @@ def splat(builder, value):
 
 
 def widen(builder, value):
-    """A float32 value or 8-lane vector as float64 (exact); float64 as it is."""
+    """A float32 value or 8-lane vector as float64 (exact); float64 as it is; 16-bit integers
+    are float16 bit patterns (``_ROW_DTYPES``), widened exactly too."""
     if isinstance(value.type, ir.VectorType):
-        return builder.fpext(value, V8F64) if value.type.element == F32 else value
-    return builder.fpext(value, F64) if value.type == F32 else value
+        if value.type.element == I16:
+            value = builder.bitcast(value, ir.VectorType(F16, LANES))
+        return builder.fpext(value, V8F64) if value.type.element in (F16, F32) else value
+    if value.type == I16:
+        value = builder.bitcast(value, F16)
+    return builder.fpext(value, F64) if value.type in (F16, F32) else value
 
 
 def combine(builder, vec, op):
@@ -174,7 +183,8 @@ def _squared_difference(builder, q, v):
 def lane_dots(typingctx, q, vs):
     """``(<q, v> for v in vs)``: float64 terms ``q_i v_i``, lane sums.
 
-    ``q`` and the rows of ``vs`` (a tuple of one type) C-contiguous 1-D float32/float64.
+    ``q`` and the rows of ``vs`` (a tuple of one type) C-contiguous 1-D float32/float64, or
+    uint16 holding float16 bit patterns.
     """
     return _query_rows_sums(q, vs, _product)
 

@@ -21,6 +21,7 @@ from .policy import kernel, parallel_kernel, prange
 
 __all__ = [
     "exact_candidates",
+    "exact_int8",
     "exact_dots",
     "exact_sqdists",
     "exact_cosines",
@@ -157,6 +158,59 @@ def exact_cosines(queries, vectors, cand, out):
         _cosines_range(queries, vectors, cand, valid, out, q, q + 1)
 
 
+# ---------------------------------------------------------------------- int8 stored rows
+@kernel(inline="always")
+def _dequantize_into(buf, a, codes, scales, i):
+    """``buf[a] = float32(scales[i]) * float32(codes[i])``: the rows NumPy's dequantization
+    (:func:`bbqlib.scoring.stored.stored_rows`) makes, value for value."""
+    s = scales[i]
+    row = codes[i]
+    for j in range(row.shape[0]):
+        buf[a, j] = s * np.float32(row[j])
+
+
+@kernel
+def _int8_range(queries, codes, scales, cand, valid, out, mode, q0, q1):
+    """Exact values of queries ``q0:q1`` with int8 rows, 8 dequantized rows at a time into a
+    scratch block, then the lane sums of :func:`_query_rows` (same values as float32 rows)."""
+    buf = np.empty((8, codes.shape[1]), dtype=np.float32)
+    for q in range(q0, q1):
+        ids, res, cols = cand[q], out[q], valid[q]
+        m = _valid_columns(ids, res, cols)
+        for t in range(0, m, 8):
+            for a in range(8):
+                _dequantize_into(buf, a, codes, scales, ids[cols[min(t + a, m - 1)]])
+            rows = (buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6], buf[7])
+            if mode == SQUARED_L2:
+                values = lane_sqdists(queries[q], rows)
+            else:
+                values = lane_dots(queries[q], rows)
+            for a in range(min(8, m - t)):
+                v = values[a]
+                if mode == COSINE:
+                    v = v / np.sqrt(lane_dots(rows[a], (rows[a],))[0])
+                res[cols[t + a]] = v
+
+
+def _int8_work(queries, codes, scales, cand, mode, out) -> int:
+    return cand.size * queries.shape[1]
+
+
+def _int8_one_thread(queries, codes, scales, cand, mode, out) -> None:
+    valid = np.empty(cand.shape, np.int64)
+    _int8_range(queries, codes, scales, cand, valid, out, mode, 0, cand.shape[0])
+
+
+@parallel_kernel(work=_int8_work, min_work=RERANK_PER_THREAD, serial=_int8_one_thread)
+def exact_int8(queries, codes, scales, cand, mode, out):
+    """:func:`exact_candidates` on int8 rows ``scales[i] * codes[i]`` (``codes`` int8 [n, d],
+    ``scales`` float32 [n], any strides: the two fields of the stored int8 records)."""
+    nq, kk = cand.shape
+    valid = np.empty((nq, kk), dtype=np.int64)
+    for q in prange(nq):
+        _int8_range(queries, codes, scales, cand, valid, out, mode, q, q + 1)
+
+
 _BY_MODE = {INNER_PRODUCT: exact_dots, SQUARED_L2: exact_sqdists, COSINE: exact_cosines}
 _ONE_THREAD = {
     INNER_PRODUCT: _dots_one_thread,
@@ -168,7 +222,8 @@ _ONE_THREAD = {
 def exact_candidates(queries, vectors, cand, mode, out, *, parallel: bool = True) -> None:
     """Exact raw values (d² or ip) of ``queries[q]`` and ``vectors[cand[q, j]]``, float64 sums.
 
-    ``queries`` float32 [nq, d] C-contiguous; ``vectors`` float32 or float64 [n, d], any 2-D
+    ``queries`` float32 [nq, d] C-contiguous; ``vectors`` float32 or float64 [n, d] (or uint16:
+    float16 bit patterns, :mod:`bbqlib._kernels.lanes`), any 2-D
     array (a read-only memory map, a view): rows with unit stride are read in place, other
     rows copied. ``cand`` int64 [nq, m]; candidates < 0 (padding) get ``nan``. ``mode``:
     :data:`INNER_PRODUCT`, :data:`SQUARED_L2` or :data:`COSINE`; ``parallel=False`` runs on

@@ -56,7 +56,7 @@ def exact_values(queries, vectors, candidates, mode: int, *, parallel: bool = Tr
 
     The one exact kernel of bbqlib (:func:`bbqlib._kernels.rerank.exact_candidates`): float64
     lane sums in a fixed order. ``vectors`` may be float16/32/64 and memory-mapped; float16
-    rows are gathered as float32 first.
+    rows are read in place and widened exactly (the values equal float32 copies' values).
     """
     ids = np.ascontiguousarray(candidates, dtype=np.int64)
     out = np.empty(ids.shape, dtype=np.float64)
@@ -66,11 +66,8 @@ def exact_values(queries, vectors, candidates, mode: int, *, parallel: bool = Tr
     vec = vectors.view(np.ndarray) if isinstance(vectors, np.memmap) else np.asarray(vectors)
     if vec.dtype.kind != "f":
         raise TypeError(f"vectors must be float16/32/64 for the exact rerank, got {vec.dtype}")
-    if vec.dtype not in (np.float32, np.float64):  # float16: gather the rows as float32
-        rows = np.asarray(vec[np.maximum(ids, 0).ravel()], dtype=np.float32)
-        local = np.arange(ids.size, dtype=np.int64).reshape(ids.shape)
-        local[ids < 0] = -1
-        vec, ids = rows, local
+    if vec.dtype == np.float16:  # numba has no float16: the kernel widens the bit patterns
+        vec = vec.view(np.uint16)
     KR.exact_candidates(queries, vec, ids, mode, out, parallel=parallel)
     return out
 

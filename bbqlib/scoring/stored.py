@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._kernels import rerank as KR
 from .rerank import exact_values
 
 __all__ = [
@@ -41,8 +42,6 @@ __all__ = [
 
 #: The kinds of stored rerank vectors, cheapest last.
 VECTOR_KINDS = ("float32", "float16", "int8")
-#: Gathered float32 values per block of the int8 rerank (bounds its temporary).
-_GATHER_VALUES = 1 << 22
 
 
 def check_store_vectors(value, name: str = "store_vectors", kinds=VECTOR_KINDS):
@@ -118,8 +117,9 @@ def stored_rows(arr: np.ndarray, rows=None) -> np.ndarray:
 def stored_exact_values(queries, stored, candidates, mode: int, *, parallel: bool = True):
     """:func:`bbqlib.scoring.exact_values` on stored vectors of any kind.
 
-    float32 and float16 go straight to the exact kernel; int8 rows are gathered and
-    dequantized as float32, in blocks of queries, then scored by the same kernel.
+    float32 and float16 go straight to the exact kernel; int8 records to its int8 twin
+    (:func:`bbqlib._kernels.rerank.exact_int8`), which dequantizes each candidate row as
+    :func:`stored_rows` does and scores it the same way, so the values are the same.
     """
     if stored.dtype.names is None:
         return exact_values(queries, stored, candidates, mode, parallel=parallel)
@@ -128,14 +128,10 @@ def stored_exact_values(queries, stored, candidates, mode: int, *, parallel: boo
     if cand.size == 0:
         return out
     queries = np.ascontiguousarray(queries, dtype=np.float32)
-    dim = stored.dtype["codes"].shape[0]
-    per = max(1, _GATHER_VALUES // max(1, cand.shape[1] * dim))
-    for q0 in range(0, cand.shape[0], per):
-        block = cand[q0 : q0 + per]
-        rows = stored_rows(stored, np.maximum(block, 0).ravel())
-        local = np.arange(block.size, dtype=np.int64).reshape(block.shape)
-        local[block < 0] = -1
-        out[q0 : q0 + per] = exact_values(
-            queries[q0 : q0 + per], rows, local, mode, parallel=parallel
-        )
+    records = stored.view(np.ndarray) if isinstance(stored, np.memmap) else stored
+    args = (queries, records["codes"], records["scale"], cand, int(mode), out)
+    if parallel:
+        KR.exact_int8(*args)
+    else:
+        KR._int8_one_thread(*args)
     return out
