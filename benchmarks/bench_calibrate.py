@@ -349,9 +349,14 @@ def _dir_bytes(path: Path) -> int:
 
 def _small_scale(base, queries, chosen, fields, n_small: int):
     """The chosen IVF configuration built on a seeded ``n_small`` subsample and measured
-    there (list shape, build time, single-thread latency): what ``sizing`` scales from."""
+    there (list shape, build time, single-thread latency): what ``sizing`` scales from.
+    Returns it as measured (no list density point) and with the list density rule's
+    point for ``len(base)`` (``bbqlib.calibration.density.entries_at``, timed)."""
+    from bbqlib._validation import prepare_for_similarity
     from bbqlib.calibration import Configuration
+    from bbqlib.calibration.density import entries_at
     from bbqlib.calibration.measure import timed_search
+    from bbqlib.similarity import resolve_similarity
 
     rows = np.sort(np.random.default_rng(0).choice(base.shape[0], n_small, replace=False))
     sub = np.asarray(base[rows])
@@ -363,9 +368,15 @@ def _small_scale(base, queries, chosen, fields, n_small: int):
     _, seconds = timed_search(index, queries[:CAL_QUERIES], K)
     epv = len(index._postings) / n_small
     vpl = n_small / index.n_lists
-    return Configuration(**{**fields, "n_measured": n_small, "entries_per_vector": epv,
-                            "vectors_per_list": vpl, "build_seconds": build,
-                            "latency_ms": 1000.0 * seconds / CAL_QUERIES})  # fmt: skip
+    plain = Configuration(**{**fields, "n_measured": n_small, "entries_per_vector": epv,
+                             "vectors_per_list": vpl, "build_seconds": build,
+                             "latency_ms": 1000.0 * seconds / CAL_QUERIES,
+                             "entries_at": ()})  # fmt: skip
+    W = prepare_for_similarity(sub, resolve_similarity(chosen.similarity), "X")
+    t0 = time.perf_counter()
+    at = entries_at(W, base.shape[0], chosen.cluster_size, seed=chosen.seed)
+    density_seconds = time.perf_counter() - t0
+    return plain, Configuration(**{**plain.__dict__, "entries_at": (at,)}), density_seconds
 
 
 def part_sizing(args) -> None:
@@ -386,11 +397,14 @@ def part_sizing(args) -> None:
     out = {"config": chosen.label(), "rows": []}
     import shutil
 
-    scaled = _small_scale(base, queries, chosen, fields, args.small)
+    fields["entries_at"] = ()
+    chosen = Configuration(**fields)
+    scaled, ruled, density_s = _small_scale(base, queries, chosen, fields, args.small)
     out["small"] = {"n": args.small, "entries_per_vector": scaled.entries_per_vector,
                     "vectors_per_list": scaled.vectors_per_list,
                     "build_seconds": scaled.build_seconds,
-                    "latency_ms": scaled.latency_ms}  # fmt: skip
+                    "latency_ms": scaled.latency_ms, "entries_at": ruled.entries_at,
+                    "density_seconds": density_s, "load": uptime()}  # fmt: skip
     print("small-scale run:", out["small"], flush=True)
 
     for kind in ("ivf", "flat"):
@@ -402,10 +416,17 @@ def part_sizing(args) -> None:
             if p.exists():
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
         t0 = time.perf_counter()
+        batch_ms = None
         if kind == "ivf":
             index = c.build(path=path)
             index.add(base)
             disk = _dir_bytes(path)
+            build = time.perf_counter() - t0
+            from bbqlib.calibration.measure import timed_search
+
+            index.search(queries[:2], K)
+            _, seconds = timed_search(index, queries[:CAL_QUERIES], K)
+            batch_ms = 1000.0 * seconds / CAL_QUERIES
             small = c.build(path=warm)
             small.add(np.asarray(base[:5000]))
         else:
@@ -413,20 +434,27 @@ def part_sizing(args) -> None:
             index.add(base)
             path = index.save(wd / "sized-flat.bbq")
             disk = path.stat().st_size
+            build = time.perf_counter() - t0
             small = c.build()
             small.add(np.asarray(base[:5000]))
             warm = small.save(wd / "warm-flat.bbq")
-        build = time.perf_counter() - t0
         del index, small
         size = bbqlib.sizing(base.shape[0], base.shape[1], c)
-        c_small = scaled if kind == "ivf" else Configuration(**{  # bytes only (no flat timing)
-            **scaled.__dict__, "index": "flat", "visit_percentage": None, "latency_ms": None,
-            "build_seconds": None, "entries_per_vector": None,
-            "vectors_per_list": None})  # fmt: skip
+
+        def flat_twin(x):  # bytes only (no flat timing)
+            return Configuration(**{
+                **x.__dict__, "index": "flat", "visit_percentage": None, "latency_ms": None,
+                "build_seconds": None, "entries_per_vector": None, "vectors_per_list": None,
+                "entries_at": ()})  # fmt: skip
+
+        c_small = scaled if kind == "ivf" else flat_twin(scaled)
+        c_ruled = ruled if kind == "ivf" else flat_twin(ruled)
         size_small = bbqlib.sizing(base.shape[0], base.shape[1], c_small)
+        size_ruled = bbqlib.sizing(base.shape[0], base.shape[1], c_ruled)
         m = _measure_serving(kind, path, warm, qpath, args.cap_mb)
         row = {"index": kind, "build_seconds": build, "disk": disk, "sizing": size.__dict__,
-               "sizing_small": size_small.__dict__, "serving": m, "load": uptime()}  # fmt: skip
+               "sizing_small": size_small.__dict__, "sizing_rule": size_ruled.__dict__,
+               "batch_latency_ms": batch_ms, "serving": m, "load": uptime()}  # fmt: skip
         print(json.dumps(row, default=str)[:2000], flush=True)
         out["rows"].append(row)
         _dump(wd, "sizing", out)
@@ -475,10 +503,13 @@ def render(args) -> None:
         "python benchmarks/bench_calibrate.py shared --datasets spacy-wordvec-300 --grid-splits 0 "
         "--workdir W/spacy   # and --indexes ivf, --workdir W/spacy_ivf\n"
         "python benchmarks/bench_calibrate.py shared --datasets debian-minilm-384 --indexes flat "
-        "--no-wall --grid-splits 0 --workdir W/debian\n"
+        "--no-wall --grid-splits 0 --workdir W/debian20\n"
+        "python benchmarks/bench_calibrate.py shared --datasets debian-minilm-384 --indexes ivf "
+        "--no-wall --grid-splits-ivf-minilm 0 --workdir W/debian20ivf\n"
         "flock /work/notes/bench.lock python benchmarks/bench_calibrate.py synthetic --splits 0 "
         "--workdir W\n"
-        "flock /work/notes/bench.lock python benchmarks/bench_calibrate.py grid --workdir W/grid\n"
+        "flock /work/notes/bench.lock python benchmarks/bench_calibrate.py grid --datasets D "
+        "--indexes I --workdir W/grid   # one hold per data set and index\n"
         "python benchmarks/bench_calibrate.py sizing --workdir W   # root: cgroup v1\n"
         "python benchmarks/bench_calibrate.py render --workdir W [--shared-json earlier.json ...]",
         tables,

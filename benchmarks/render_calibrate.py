@@ -9,6 +9,11 @@ MB = 1 << 20
 
 #: Protocol notes printed under the tables.
 NOTES = [
+    "Sessions: the debian-minilm-384 splits (flat and IVF), the smart walk against the grid "
+    "and the sizing table are from session 6, with SAQ in the search space (average budgets "
+    "1, 1.5, 2, 3, 4, 5, 6 bits per dimension, float queries). The wall-time rows, the "
+    "spacy-wordvec-300 splits, the rerank-store recalls and the candidate tables are from "
+    "session 5, whose space had no SAQ.",
     "Target: recall@10 >= 0.95 as the one-sided 95% bootstrap lower bound over the 200 "
     "calibration queries; a split passes when the chosen configuration, built afresh "
     "(report.build(), add(base)) and searched with its defaults, has mean recall@10 >= 0.945 "
@@ -29,13 +34,18 @@ NOTES = [
     "bytes (smaps) after serving minus before opening (anonymous + index files). 'sized from "
     "1M calibration': bbqlib.sizing(1_000_000, 384, report.chosen) of the 1M calibration; "
     "'100,000 build': the same configuration built on a seeded 100,000-vector subsample, its "
-    "list shape, build time and latency measured there and scaled by sizing's rules. "
-    "Measured latency is one query per call (Python overhead included); calibration's is per "
-    "query of a 200-query batch.",
+    "list shape, build time and latency measured there and scaled by sizing's rules "
+    "('entries as measured': its posting entries per vector taken as they are; '+ list density "
+    "rule': with bbqlib.calibration.density.entries_at, the subsample clustered into the lists "
+    "1M vectors will have, as bbqlib.calibrate(..., n=1_000_000) does). Measured latency: per "
+    "query of a 200-query batch searched in the building process right after the build "
+    "(batch, what calibration and sizing time) and one query per call in the serving process "
+    "(single, Python overhead included).",
     "Timed parts (the 1M calibration, the grid part, sizing) ran holding "
-    "/work/notes/bench.lock, during which /work/notes/bench_guard.py pauses every process at "
-    "nice >= 10 (the other helpers' jobs): the load average before a run counts those paused "
-    "jobs; the one after is the machine as the run left it.",
+    "/work/notes/bench.lock. Until session 5 /work/notes/bench_guard.py paused every process "
+    "at nice >= 10 while the lock was held; from session 6 (the sizing, grid and SAQ rows) "
+    "nothing is paused: other helpers' jobs ran at nice 19 beside the timed runs (load average "
+    "in each row).",
     "Grid: search='grid' measures every point of the same space at every oversample and "
     "visit budget (no pruning, no monotonicity assumed), in groups of equal bytes from the "
     "cheapest up, and stops after the first group where some setting meets the target (no "
@@ -61,6 +71,8 @@ def _wall_rows(shared, synthetic):
     if synthetic and "wall_seconds" in synthetic:
         items.append(("synthetic-clustered-1M ivf", {**synthetic, "n": 1_000_000, "d": 384}))
     for key, r in items:
+        if "wall_timings" not in r:  # splits only (run with --no-wall)
+            continue
         t = r["wall_timings"]
         gt = t.get("ground_truth", 0.0)
         lists = sum(v for k, v in t.items() if k.endswith("reference"))
@@ -108,6 +120,8 @@ def _grid_rows(grid):
         if not sm or not g:
             continue
         ratio = (sm["bytes_per_vector"] / g["bytes_per_vector"]) if g.get("label") else float("nan")
+        if r.get("untimed"):  # ran at nice 19 outside the lock: CPU s only are figures
+            key += " (untimed, nice 19)"
         rows.append([key, sm["label"], f"{sm['bytes_per_vector']:.0f}", g["label"],
                      f"{g['bytes_per_vector']:.0f}", f"{ratio:.3f}",
                      f"{sm['seconds']:.1f} / {sm['cpu_seconds']:.1f}", sm["candidates"],
@@ -165,7 +179,12 @@ def _sizing_rows(sizing):
         measured = g["anon"] + g["postings"] + g["other"]
         sources = [("1M calibration", r["sizing"])]
         if r.get("sizing_small"):
-            sources.append((f"{small_n:,} build", r["sizing_small"]))
+            plain = "entries as measured" if r.get("sizing_rule") else ""
+            sources.append((f"{small_n:,} build {plain}".strip(), r["sizing_small"]))
+        if r.get("sizing_rule"):
+            sources.append((f"{small_n:,} build + list density rule", r["sizing_rule"]))
+        batch = r.get("batch_latency_ms")
+        batch = "" if batch is None else f"{batch:.2f} / "
         for source, s in sources:
             # The flat twin reuses the IVF configuration's record: its timings are not its own.
             timed = r["index"] != "flat"
@@ -175,12 +194,12 @@ def _sizing_rows(sizing):
                 r["index"], source, f"{s['disk_bytes'] / MB:,.0f}", f"{r['disk'] / MB:,.0f}",
                 f"{s['disk_bytes'] / r['disk']:.3f}", f"{s['ram_bytes'] / MB:,.0f}",
                 f"{measured / MB:,.0f}", f"{s['ram_bytes'] / max(1, measured):.3f}",
-                f"{m['cgroup_peak'] / MB:,.0f}", f"{lat} / {m['latency_ms']:.2f}",
+                f"{m['cgroup_peak'] / MB:,.0f}", f"{lat} / {batch}{m['latency_ms']:.2f}",
                 f"{build} / {r['build_seconds']:.0f}",
             ])  # fmt: skip
     return _table(["index", "sized from", "sizing disk MB", "measured disk MB", "ratio",
                    "sizing RAM MB", "measured RSS growth MB (serving)", "ratio",
-                   "cgroup peak MB", "latency ms sizing / measured",
+                   "cgroup peak MB", "latency ms sizing / measured (batch / single)",
                    "build s sizing / measured"], rows)  # fmt: skip
 
 
@@ -203,5 +222,7 @@ def render_markdown(parts: dict, target: float, slack: float):
     if synthetic and synthetic.get("wall_table"):
         tables.append("### The 1M calibration's candidates\n\n" + synthetic["wall_table"])
     for key, r in (shared or {}).items():
-        tables.append(f"### Candidates of the wall-time calibration: {key}\n\n" + r["wall_table"])
+        if r.get("wall_table"):
+            tables.append(f"### Candidates of the wall-time calibration: {key}\n\n"
+                          + r["wall_table"])  # fmt: skip
     return tables, []

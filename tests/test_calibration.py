@@ -16,7 +16,7 @@ from bbqlib.analysis.ground_truth import exact_knn
 from bbqlib.calibration import SPACE, CalibrationReport, Calibrator, Configuration
 from bbqlib.calibration.measure import bootstrap_bounds
 from bbqlib.calibration.sizing import flat_sizes, ivf_sizes
-from bbqlib.calibration.space import code_points
+from bbqlib.calibration.space import SAQ_BUDGETS, code_points
 from bbqlib.index.variants import flat_from_parts, ivf_coverage, ivf_recoded, ivf_variant
 
 #: BBQ at 1 and 4 bits (no preconditioning) and int8 per_dim: enough to exercise every path.
@@ -271,9 +271,11 @@ def test_bootstrap_bounds():
 
 def test_space_rows_come_from_the_registry():
     points = code_points(SPACE, "ivf")
-    assert {p.encoding.family for p in points} == {"osq", "rabitq", "int8_per_dim", "int8_global"}
+    families = {"osq", "rabitq", "int8_per_dim", "int8_global", "saq"}
+    assert {p.encoding.family for p in points} == families
     assert all(p.encoding in bbqlib.ENCODINGS.rows(p.encoding.family, index="ivf")
                for p in points)  # fmt: skip
+    assert {p.bits for p in points if p.encoding.family == "saq"} == set(SAQ_BUDGETS)
     assert {p.store for p in points} == {False, "int8", "float16", "float32"}
 
 

@@ -238,8 +238,16 @@ class Calibrator:
         configs, chosen = [], None
         pick = min(winners, key=lambda w: (round(w[1].bytes_per_vector, 1), w[1].m.latency_ms),
                    default=None)  # fmt: skip
+        at = {}  # list shapes at other sizes (IVF): the list density rule of sizing
+        for kind, engine in self.engines.items():
+            if kind == "ivf":
+                at[id(engine)] = engine.entries_at(n)
+                if kind in self.screens:  # screened rows: the whole base's shape, then n's
+                    whole = ((engine.n, engine.list_shape()[0]),)
+                    at[id(self.screens[kind])] = whole + at[id(engine)]
         for engine, t in trials:
-            c = engine.configuration(t.point, t.oversample, t.visit, t.m)
+            c = engine.configuration(t.point, t.oversample, t.visit, t.m,
+                                     entries_at=at.get(id(engine), ()))  # fmt: skip
             configs.append(c)
             if pick is not None and t is pick[1]:
                 chosen = c
@@ -300,7 +308,10 @@ def calibrate(
     max_bytes_per_vector, max_latency_ms : float, optional
         Constraints (bytes each vector adds to the index; single-thread ms per query).
     n : int, optional
-        Vector count that RAM and disk are sized for (default: ``len(X)``).
+        Vector count that RAM and disk are sized for (default: ``len(X)``). For the IVF
+        above ``len(X)``, the SOAR spill rate is also measured with ``X`` clustered at the
+        list density of ``n`` vectors (the sizing's list density rule,
+        :mod:`bbqlib.calibration.sizing`).
     seed : int
         Seeds quantizers, clustering and the query sample.
     n_queries : int

@@ -22,7 +22,7 @@ import numpy as np
 
 from .._validation import check_vectors, prepare_for_similarity
 from ..index import IVFIndex
-from ..index.variants import flat_from_parts, ivf_coverage, ivf_recoded, ivf_variant
+from ..index.variants import flat_from_parts, ivf_coverage, ivf_fit, ivf_recoded, ivf_variant
 from ..quantizers import BBQQuantizer
 from ..scoring.stored import to_stored
 from ..similarity import Similarity
@@ -71,6 +71,8 @@ class Engine:
         self.timings = {"prepare": 0.0, "reference": 0.0, "encode": 0.0, "search": 0.0}
         self._stored: dict = {}
         self._codes: OrderedDict = OrderedDict()
+        self._fits: dict = {}
+        self._entries_at: dict = {}
         self._reference: IVFIndex | None = None
         self._reference_seconds = 0.0
         self._warm: set = set()
@@ -125,6 +127,27 @@ class Engine:
             self.log(f"IVF lists: {ref.n_lists} ({self._reference_seconds:.1f} s)")
         return self._reference
 
+    def _fitted(self, point):
+        """``(quantizer, seconds)``: a budget point's quantizer fitted as its build fits it
+        (its plan fixes the bytes before anything is encoded); kept."""
+        key = point.code_key
+        if key not in self._fits:
+            q = point.space.make(
+                point.make_bits, "auto", self.similarity.value, point.precondition, self.seed
+            )
+            t0 = time.perf_counter()
+            if self.kind == "flat":
+                q.fit(self.base)
+            else:
+                ivf_fit(self.reference(), q, self.base)
+            self._fits[key] = (q, time.perf_counter() - t0)
+            self.timings["encode"] += self._fits[key][1]
+        return self._fits[key]
+
+    def encoding_of(self, point):
+        """The encoding whose bytes a point stores (a budget point's: its fitted plan's)."""
+        return point.encoding if point.bits is None else self._fitted(point)[0].encoding_
+
     def _encoded(self, point):
         """``(quantizer or recoded IVF, codes or None, seconds, state bytes)`` of a point."""
         key = point.code_key
@@ -133,26 +156,34 @@ class Engine:
             return self._codes[key][:4]
         entry = point.space
         row = point.encoding
-        default_qb = point.space.make(
-            row.doc_bits, "auto", self.similarity.value, point.precondition, self.seed
-        )
+        fitted = point.bits is not None
+        if fitted:
+            default_qb, fit_seconds = self._fitted(point)
+        else:
+            default_qb, fit_seconds = (
+                point.space.make(
+                    row.doc_bits, "auto", self.similarity.value, point.precondition, self.seed
+                ),
+                0.0,
+            )
         t0 = time.perf_counter()
         if self.kind == "flat":
-            q = default_qb.fit(self.base)
+            q = default_qb if fitted else default_qb.fit(self.base)
             enc = q.encode(self.base)
-            item = (q, enc, time.perf_counter() - t0, _state_bytes(q))
+            item = (q, enc, fit_seconds + time.perf_counter() - t0, _state_bytes(q))
             size = (
                 enc.codes.nbytes
                 + enc.corrections.nbytes
                 + len(enc) * (16 + row.doc_bytes(self.dim))
             )
         else:
-            recoded = ivf_recoded(self.reference(), default_qb, self.base)
-            item = (recoded, None, time.perf_counter() - t0, _state_bytes(recoded.quantizer))
+            recoded = ivf_recoded(self.reference(), default_qb, self.base, fitted=fitted)
+            seconds = fit_seconds + time.perf_counter() - t0
+            item = (recoded, None, seconds, _state_bytes(recoded.quantizer))
             post = recoded._postings
             size = 2 * np.asarray(post.codes).nbytes + post.factors.nbytes + post.ids.nbytes
-        self.timings["encode"] += item[2]
-        self.log(f"encoded {entry.family} {row.doc_bits}-bit {point.precondition} "
+        self.timings["encode"] += item[2] - fit_seconds
+        self.log(f"encoded {entry.family} {point.make_bits:g}-bit {point.precondition} "
                  f"({item[2]:.1f} s)")  # fmt: skip
         self._codes[key] = item + (size,)
         while sum(v[-1] for v in self._codes.values()) > self.cache_bytes and len(self._codes) > 1:
@@ -231,26 +262,53 @@ class Engine:
         ref = self.reference()
         return len(ref._postings) / self.n, self.n / ref.n_lists
 
+    def entries_at(self, n: int) -> tuple:
+        """``((n', entries_per_vector),)`` measured at the list density of ``n`` vectors
+        (:func:`~.density.entries_at` on the shared lists' vectors); ``()`` when ``n`` is not
+        above the base or the index is flat."""
+        if self.kind != "ivf" or n <= self.n:
+            return ()
+        if n not in self._entries_at:
+            from .density import entries_at
+
+            t0 = time.perf_counter()
+            ref = self.reference()
+            point = entries_at(ref._segments[0].array, n, self.cluster_size, seed=self.seed,
+                               soar=ref.soar)  # fmt: skip
+            self._entries_at[n] = (point,)
+            self.timings["reference"] += time.perf_counter() - t0
+            self.log(f"list density of {n:,} vectors: {point[1]:.3f} entries per vector "
+                     f"({time.perf_counter() - t0:.1f} s)")  # fmt: skip
+        return self._entries_at[n]
+
     def bytes_per_vector(self, point) -> float:
         """Bytes each vector adds to the index (fixed costs such as a transform excluded)."""
         is_l2 = self.similarity.is_distance
+        enc = self.encoding_of(point)
         if self.kind == "flat":
-            disk, _ = flat_sizes(self.n, self.dim, point.encoding, is_l2, point.store)
+            disk, _ = flat_sizes(self.n, self.dim, enc, is_l2, point.store)
             return (disk - CONTAINER_BYTES) / self.n
         epv, vpl = self.list_shape()
-        disk, _ = ivf_sizes(self.n, self.dim, point.encoding, point.store, epv, vpl)
+        disk, _ = ivf_sizes(self.n, self.dim, enc, point.store, epv, vpl, is_l2=is_l2)
         return (disk - 2 * CONTAINER_BYTES) / self.n
 
-    def configuration(self, point, oversample, visit, m: Measurement | None) -> Configuration:
-        """The frozen record of a point with its settings and measurement."""
+    def configuration(self, point, oversample, visit, m: Measurement | None, *,
+                      entries_at: tuple = ()) -> Configuration:  # fmt: skip
+        """The frozen record of a point with its settings and measurement (``entries_at``:
+        list shapes measured at other vector counts, see :meth:`entries_at`)."""
         row = point.encoding
         _, _, seconds, state = self._encoded(point)
         epv = vpl = None
         if self.kind == "ivf":
             epv, vpl = self.list_shape()
             seconds += self._reference_seconds
+        saq = {}
+        if point.bits is not None:
+            enc = self.encoding_of(point)
+            saq = dict(code_bytes=enc.doc_bytes(self.dim),
+                       segments=(enc.corrections_dtype.itemsize - 4) // 8)  # fmt: skip
         return Configuration(
-            index=self.kind, family=row.family, bits=row.doc_bits, query_bits=row.query_bits,
+            index=self.kind, family=row.family, bits=point.make_bits, query_bits=row.query_bits,
             precondition=point.precondition, store_vectors=point.store,
             oversample=float(oversample) if point.store and oversample else None,
             visit_percentage=None if visit is None else float(visit),
@@ -262,5 +320,5 @@ class Engine:
             latency_ms=None if m is None else m.latency_ms,
             bytes_per_vector=self.bytes_per_vector(point), build_seconds=seconds,
             n_measured=self.n, n_queries=len(self.queries), entries_per_vector=epv,
-            vectors_per_list=vpl, state_bytes=state,
+            vectors_per_list=vpl, state_bytes=state, entries_at=tuple(entries_at), **saq,
         )  # fmt: skip

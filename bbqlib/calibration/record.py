@@ -23,8 +23,12 @@ class Configuration:
     ``dim``: ``recall`` (mean recall@k), ``recall_low`` (one-sided 95% bootstrap lower
     bound), ``recall_ci`` (two-sided 95%), ``latency_ms`` (single thread, per query),
     ``bytes_per_vector`` (the index's stored bytes per vector at ``n_measured``),
-    ``build_seconds``; for the IVF ``entries_per_vector`` and ``vectors_per_list``.
-    ``state_bytes``: the fitted quantizer's state (its transform).
+    ``build_seconds``; for the IVF ``entries_per_vector`` and ``vectors_per_list``, and
+    ``entries_at``: ``(n, entries_per_vector)`` pairs measured at the list density of other
+    vector counts (the sizing's list density rule, :mod:`bbqlib.calibration.sizing`).
+    ``state_bytes``: the fitted quantizer's state (its transform). A budget family (SAQ):
+    ``bits`` is the average budget, ``code_bytes`` and ``segments`` the fitted plan's code
+    length and coded segments.
     """
 
     index: str
@@ -51,11 +55,24 @@ class Configuration:
     entries_per_vector: float | None = None
     vectors_per_list: float | None = None
     state_bytes: int = 0
+    entries_at: tuple = ()
+    code_bytes: int | None = None
+    segments: int | None = None
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     # ------------------------------------------------------------------ derived
     @property
     def encoding(self) -> Encoding:
+        if self.family == "saq":
+            from ..quantizers.saq_encoding import SAQEncoding, saq_corrections_dtype
+
+            row = ENCODINGS.lookup("saq", 0, self.query_bits)
+            return SAQEncoding(
+                family="saq", doc_bits=self.bits, query_bits=row.query_bits, wire=row.wire,
+                layout=row.layout, corrections_dtype=saq_corrections_dtype(self.segments or 0),
+                default_oversample=row.default_oversample, indexes=row.indexes,
+                code_bytes=int(self.code_bytes or 0),
+            )  # fmt: skip
         return ENCODINGS.lookup(self.family, self.bits, self.query_bits)
 
     @property
@@ -71,10 +88,11 @@ class Configuration:
 
     def label(self) -> str:
         q = "float" if self.query_bits is None else str(self.query_bits)
+        bits = f"{self.bits:g}" if isinstance(self.bits, float) else str(self.bits)
         pre = "" if self.precondition is None else f", {self.precondition}"
         store = f", {self.store_vectors} rerank x{self.oversample:g}" if self.rerank else ""
         visit = "" if self.visit_percentage is None else f", visit {self.visit_percentage:g}%"
-        return f"{self.index} {self.family} {self.bits}x{q}{pre}{store}{visit}"
+        return f"{self.index} {self.family} {bits}x{q}{pre}{store}{visit}"
 
     # ------------------------------------------------------------------ building
     def _space_entry(self):

@@ -62,7 +62,7 @@ class CalibrationReport:
             out.append({
                 **({"n measured": f"{c.n_measured:,}"} if mixed else {}),
                 "index": c.index,
-                "codes": f"{c.family} {c.bits}x{'f' if c.query_bits is None else c.query_bits}",
+                "codes": f"{c.family} {c.bits:g}x{'f' if c.query_bits is None else c.query_bits}",
                 "precondition": "-" if c.precondition is None else str(c.precondition),
                 "rerank": c.store_vectors or "-",
                 "oversample": "-" if c.oversample is None else f"{c.oversample:g}",

@@ -16,9 +16,11 @@ Flat index (everything in RAM after ``add``; the file is the same minus the scan
 
 IVF index (on disk, memory-mapped; only centroids and small tables in anonymous RAM):
 
-* posting entries ``E = n · entries_per_vector`` (1 + the share of vectors with a SOAR
-  copy, measured), lists ``K = n / vectors_per_list`` (measured);
-* posting file ``= E · (code + 16 + 4)`` (codes, factor rows, int32 rows) ``+ (E + 16 K) ·
+* posting entries ``E = n · entries_per_vector(n)`` (1 + the share of vectors with a SOAR
+  copy; measured, see the list density rule below), lists ``K = n / vectors_per_list``
+  (measured; it does not drift with ``n``: 262 at 100,000 and 256 at 1M);
+* posting file ``= E · (code + f + 4)`` (codes, factor rows of ``f`` bytes: 16, SAQ
+  ``4 (1 + 2 S)``, int32 rows) ``+ (E + 16 K) ·
   code`` (blocks of 32 for the lookup-table scan, half a block of padding per list) ``+ 8 n``
   (assignments); header ``≈ K · (5 d + 56) + n / 8`` and the quantizer state; vectors
   ``n · stored row``;
@@ -30,13 +32,24 @@ IVF index (on disk, memory-mapped; only centroids and small tables in anonymous 
 * latency at the same ``visit_percentage`` grows linearly with ``n`` (the entries scanned
   do); build time as ``n · log(n / cluster_size)`` (hierarchical k-means levels).
 
-``entries_per_vector`` is taken as measured and not scaled, but SOAR spills more vectors
-when lists are denser: on 1M x 384 synthetic clustered vectors it was 1.28 for a build on
-a 100,000-vector subsample and 1.59 for the whole (``benchmarks/results/calibrate.md``), so
-an IVF sized from a run at a tenth of ``n`` under-states disk and RAM by about 20%. Size
-from a configuration measured at (or near) the target ``n``: :func:`bbqlib.calibrate` on
-the whole base measures the list shape there (within 1% of the disk and 2% of the RSS
-growth at 1M).
+Posting entries per vector at ``n`` (the list density rule). SOAR spills more vectors when
+the lists cut the data more finely, so entries per vector are not a constant of the data: on
+1M x 384 synthetic clustered vectors a build on a 100,000-vector subsample had 1.28, the
+whole 1.59 (an IVF sized from the subsample's 1.28 under-stated disk and RAM by about 20%).
+:func:`bbqlib.calibrate` with ``n`` above ``len(X)`` therefore also clusters its vectors into
+the ``n / cluster_size`` lists the target will have (:func:`~.density.entries_at`: a per-list
+target of ``cluster_size · len(X) / n``, no encode) and records the spill rate measured there
+in ``Configuration.entries_at``. :func:`sizing` takes the entries per vector of the measured
+point nearest ``n`` and, between two points, interpolates linearly in ``log n``; beyond
+the points it holds the nearest one (no extrapolation). From 100,000 vectors this measured
+1.65 for 1M (200,000: 1.63), so sizing errs high by 2-4% instead of low by 20%.
+
+Build time and latency (stated rules, checked at 1M in ``benchmarks/results/calibrate.md``):
+the IVF build grows as ``n · log(n / cluster_size)`` (k-means levels; encode and SOAR
+linearly) and batched latency at one ``visit_percentage`` linearly with ``n`` (the entries
+scanned grow with ``n``; the per-query cost of planning over ``K`` centroids is small
+against the scan). A single query per call (a server) adds Python overhead of its own that
+calibration's batched timing does not include.
 
 The Python interpreter, NumPy and the loaded numba kernels (about 170 MB on Linux x86-64,
 ``benchmarks/results/ivf_memory.md``) are not counted: sizes are what the index adds.
@@ -51,7 +64,7 @@ from ..encoding import Encoding
 from ..scoring import use_lut
 from ..scoring.stored import stored_row_bytes
 
-__all__ = ["Sizing", "flat_sizes", "ivf_sizes", "sizing"]
+__all__ = ["Sizing", "entries_per_vector_at", "flat_sizes", "ivf_sizes", "sizing"]
 
 #: Bytes of a container's header and footer (JSON meta, section table): order of magnitude.
 CONTAINER_BYTES = 8192
@@ -84,11 +97,22 @@ class Sizing:
         )
 
 
+def _factor_bytes(encoding: Encoding, is_l2: bool) -> int:
+    """Bytes of a doc's scan-side factor row: 16 (four float32), or SAQ's own record."""
+    return encoding.corrections(is_l2).itemsize if encoding.layout == "segments" else 16
+
+
 def flat_sizes(n: int, d: int, encoding: Encoding, is_l2: bool, store, state_bytes: int = 0):
     """``(disk, ram)`` bytes of a flat index of ``n`` vectors."""
     code = encoding.doc_bytes(d)
     per = encoding.bytes_per_vector(d, is_l2) + stored_row_bytes(store, d)
     disk = n * per + state_bytes + CONTAINER_BYTES
+    if encoding.layout == "segments":
+        # SAQ's scan keeps its own copies: codes in blocks of 32, the record as columns and,
+        # per coded segment, two float32 columns (code norms, level sums).
+        segments = (encoding.corrections(is_l2).itemsize - 4) // 8
+        ram = n * (per + code + encoding.corrections(is_l2).itemsize + 8 * segments)
+        return int(disk), int(ram + state_bytes)
     ram = n * (per + 16) + state_bytes
     if use_lut(encoding.query_planes, encoding.layout):
         ram += n * (code + 16)
@@ -103,19 +127,42 @@ def ivf_sizes(
     entries_per_vector: float,
     vectors_per_list: float,
     state_bytes: int = 0,
+    is_l2: bool = False,
 ):
     """``(disk, ram)`` bytes of an IVF index of ``n`` vectors (RAM: to serve from disk)."""
     code = encoding.doc_bytes(d)
+    factors = _factor_bytes(encoding, is_l2)
     E = n * entries_per_vector
     K = max(1.0, n / vectors_per_list)
     lut = use_lut(encoding.query_planes, encoding.layout)
     blocks = (E + 16 * K) * code if encoding.layout == "planes" else 0.0
-    postings = E * (code + 20) + blocks + 8 * n
+    postings = E * (code + factors + 4) + blocks + 8 * n
     header = K * (5 * d + 56) + n / 8 + state_bytes
     disk = postings + header + n * stored_row_bytes(store, d) + 2 * CONTAINER_BYTES
-    hot = (blocks if lut else E * code) + E * 20
+    hot = (blocks if lut else E * code) + E * (factors + 4)
     ram = hot + K * (5 * d + 40) + n + state_bytes
     return int(disk), int(ram)
+
+
+def entries_per_vector_at(config, n: int) -> float:
+    """Posting entries per vector of an IVF ``config`` at ``n`` vectors (list density rule).
+
+    The measured points are ``(config.n_measured, config.entries_per_vector)`` and those of
+    ``config.entries_at``; between two of them linear in ``log n``, beyond them the nearest.
+    """
+    points = sorted({(int(config.n_measured), float(config.entries_per_vector))}
+                    | {(int(m), float(e)) for m, e in config.entries_at})  # fmt: skip
+    if n <= points[0][0]:
+        return points[0][1]
+    if n >= points[-1][0]:
+        return points[-1][1]
+    for (n0, e0), (n1, e1) in zip(points, points[1:], strict=False):
+        if n0 <= n <= n1:
+            if n1 == n0:
+                return e1
+            t = (math.log(n) - math.log(n0)) / (math.log(n1) - math.log(n0))
+            return e0 + t * (e1 - e0)
+    return points[-1][1]  # pragma: no cover
 
 
 def _log_ratio(n: int, cluster_size: int) -> float:
@@ -133,7 +180,9 @@ def sizing(n: int, d: int | None = None, config=None) -> Sizing:
         Dimension (default: the configuration's).
     config : Configuration
         A configuration from :func:`bbqlib.calibrate` (``report.chosen`` or any row of
-        ``report.candidates``); its measured figures scale by the module's rules.
+        ``report.candidates``); its measured figures scale by the module's rules (an IVF's
+        posting entries per vector by the list density rule: calibrate with ``n`` set to
+        the size you will serve, so that the spill rate is measured at its density).
 
     Returns
     -------
@@ -163,8 +212,8 @@ def sizing(n: int, d: int | None = None, config=None) -> Sizing:
         disk, ram = flat_sizes(n, d, enc, is_l2, store, config.state_bytes)
     else:
         disk, ram = ivf_sizes(
-            n, d, enc, store, config.entries_per_vector, config.vectors_per_list,
-            config.state_bytes,
+            n, d, enc, store, entries_per_vector_at(config, n), config.vectors_per_list,
+            config.state_bytes, is_l2,
         )  # fmt: skip
     depth = 0
     if store:

@@ -37,7 +37,7 @@ from .ivf import build as B
 from .ivf import plan as P
 from .ivf import storage as ST
 
-__all__ = ["flat_from_parts", "ivf_recoded", "ivf_variant", "ivf_coverage"]
+__all__ = ["flat_from_parts", "ivf_fit", "ivf_recoded", "ivf_variant", "ivf_coverage"]
 
 
 def flat_from_parts(
@@ -57,30 +57,56 @@ def flat_from_parts(
     return index
 
 
-def ivf_recoded(reference: IVFIndex, quantizer: Quantizer, source) -> IVFIndex:
+def ivf_fit(reference: IVFIndex, quantizer: Quantizer, source) -> Quantizer:
+    """``quantizer`` fitted as :func:`ivf_recoded` fits it (the data, then the residuals
+    against ``reference``'s lists), without coding the lists; returns it."""
+    _check_reference(reference)
+    quantizer.fit(B.fit_sample(source, reference.seed))
+    W, C = _lists_in(reference, quantizer)
+    primary = np.asarray(reference._assign)[:, 0]
+    quantizer.fit_residuals(B.residual_sample(W, C, primary, seed=reference.seed))
+    return quantizer
+
+
+def _check_reference(reference: IVFIndex) -> None:
+    if reference.transform_ is not None or reference.store_vectors != "float32":
+        raise ValueError("the reference IVF index must be untransformed with float32 vectors")
+    if reference.n_deleted or len(reference._segments) != 1:
+        raise ValueError("the reference IVF index must be one build without deletions")
+
+
+def _lists_in(reference: IVFIndex, quantizer: Quantizer):
+    """The reference's vectors and centroids in the (fitted) quantizer's space."""
+    X = reference._segments[0].array
+    W = quantizer.transform_rows(X) if quantizer.transform_ is not None else X
+    C = reference._C if quantizer.transform_ is None else quantizer.transform_rows(reference._C)
+    return W, C
+
+
+def ivf_recoded(
+    reference: IVFIndex, quantizer: Quantizer, source, *, fitted: bool = False
+) -> IVFIndex:
     """The lists of ``reference`` coded by ``quantizer`` (fitted here, as a build would).
 
     ``reference`` must have no transform, keep float32 vectors, be in memory and hold no
     deletions; ``source`` is the matrix it was built from (the quantizer's fit sample is
     drawn from it with the reference's seed, as :meth:`IVFIndex.add` draws it). The result
-    keeps no vectors (see :func:`ivf_variant`).
+    keeps no vectors (see :func:`ivf_variant`). ``fitted=True``: ``quantizer`` comes from
+    :func:`ivf_fit` on the same reference and source and is not fitted again.
     """
-    if reference.transform_ is not None or reference.store_vectors != "float32":
-        raise ValueError("the reference IVF index must be untransformed with float32 vectors")
-    if reference.n_deleted or len(reference._segments) != 1:
-        raise ValueError("the reference IVF index must be one build without deletions")
+    _check_reference(reference)
     index = IVFIndex(
         quantizer, cluster_size=reference.cluster_size, seed=reference.seed,
         soar=reference.soar, store_vectors=False,
     )  # fmt: skip
-    quantizer.fit(B.fit_sample(source, reference.seed))
-    X = reference._segments[0].array
-    n = X.shape[0]
-    W = quantizer.transform_rows(X) if quantizer.transform_ is not None else X
-    C = reference._C if quantizer.transform_ is None else quantizer.transform_rows(reference._C)
+    if not fitted:
+        quantizer.fit(B.fit_sample(source, reference.seed))
+    W, C = _lists_in(reference, quantizer)
+    n = W.shape[0]
     assign = np.asarray(reference._assign)
     primary, secondary = assign[:, 0], assign[:, 1]
-    quantizer.fit_residuals(B.residual_sample(W, C, primary, seed=reference.seed))
+    if not fitted:
+        quantizer.fit_residuals(B.residual_sample(W, C, primary, seed=reference.seed))
     index._set_centroids(C)
     ids = np.arange(n, dtype=np.int64)
     index._postings = B.encode_postings(W, ids, C, primary, secondary, quantizer, False)
