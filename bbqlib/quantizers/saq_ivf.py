@@ -127,7 +127,7 @@ class SAQPairs:
                 self.similarity_.is_distance, allowed, keys, ids,
             )  # fmt: skip
             return
-        from .saq_search import PREFILTER_Z, fastscan_queries, float_tables
+        from .saq_search import PREFILTER_Z, fastscan_queries, float_rows
 
         blocks, block_starts, cols, ksum, gnorm, gmax = self._ivf_fast_docs(postings)
         Yc = np.ascontiguousarray(Y[:, : self.plan_.coded_dims], dtype=np.float32)
@@ -135,12 +135,12 @@ class SAQPairs:
         refine = mode == "two-pass"
         if refine:
             fq = self if self.encoding_.query_bits is None else self.with_query_bits(None)
-            ftables, fconst, _ = float_tables(fq, Yc)
+            frows, fconst, _ = float_rows(fq, Yc)
         else:
-            ftables, fconst = np.zeros((1, 1, 256), np.float32), np.zeros((1, 1))
+            frows, fconst = np.zeros((1, 8), np.float32), np.zeros((1, 1))
         rescored = np.zeros(len(Yc), dtype=np.int64)
         KI.ivf_fastscan_saq(
-            tables, lo, step, w, const, PREFILTER_Z * rounding, ftables, fconst, add,
+            tables, lo, step, w, const, PREFILTER_Z * rounding, frows, fconst, add,
             pair_list, pair_start, list_start, block_starts, blocks, codes, factors, cols,
             ksum, gnorm, gmax, entry_ids, a["start"], a["dims"], a["bits"], a["msb_off"],
             a["low_off"], self.similarity_.is_distance, refine, allowed, keys, ids, rescored,
