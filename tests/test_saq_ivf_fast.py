@@ -140,4 +140,7 @@ def test_ivf_scan_mode():
     with pytest.raises(ValueError, match="scan must be one of"):
         SI.ivf_scan_mode(q, "fast")
     assert SI.ivf_scan_mode(q, "plain") == "plain"
+    if SI.ivf_scan_mode(q, "auto") == "two-pass":  # AVX2: reranked float queries, one pass
+        assert SI.ivf_scan_mode(q, "auto", reranked=True) == "fastscan"
+        assert SI.ivf_scan_mode(q, "two-pass", reranked=True) == "two-pass"
     assert SI.ivf_scan_mode(q.with_query_bits(8), "auto") == "plain"
