@@ -194,9 +194,9 @@ def caq_encode_rows(Y, start, dims, bits, msb_off, low_off, rounds, codes, facto
 def fill_tables(y, out):
     """``out[p, v] = Σ_t bit(v, 7 - t) y[8p + t]`` (float32 [P, 256]) of one query row ``y``.
 
-    ``T[v]`` is ``T[v]`` without its lowest set bit ``1 << b``, plus ``y[8p + 7 - b]``: every
+    ``T[v] = T[v - 2^b] + y[8p + 7 - b]`` with ``2^b`` the lowest set bit of ``v``: every
     ``v`` whose lowest set bit is ``b`` is ``w + 2^b`` with ``w`` a multiple of ``2^(b + 1)``,
-    filled before it.
+    filled before it (bits from the highest down), so no bit search per entry.
     """
     for p in range(out.shape[0]):
         T = out[p]
