@@ -452,7 +452,7 @@ def _merge(path: Path, new: dict[str, str], command: str) -> None:
     parts.update(new)
     body = [
         f"<!-- section: {name} -->\n{parts[name]}<!-- /section -->"
-        for name in list(SECTIONS) + sorted(set(parts) - set(SECTIONS))
+        for name in [*SECTIONS, "latency_1m"] + sorted(set(parts) - {*SECTIONS, "latency_1m"})
         if name in parts
     ]
     _common.write_result(path, TITLE, command, body)
@@ -508,6 +508,8 @@ def main(argv=None) -> int:
         print(f"== {name}", flush=True)
         started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         tables, notes = SECTIONS[name](args)
+        if name == "latency" and args.no_debian:
+            name = "latency_1m"  # its own part of the file: a debian run keeps it
         text = f"## {name}\n\n`{cmd.strip()}`, started {started}\n\n" + "\n\n".join(tables) + "\n"
         if notes:
             text += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"

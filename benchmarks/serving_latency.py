@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import os
 import statistics
 import threading
@@ -144,15 +145,67 @@ def _datasets(one_million: bool, workdir: Path, debian: bool = True):
     yield "synthetic clustered 1M x 384", X, Q, np.asarray(gt)
 
 
-def _systems(X, similarity="cosine"):
-    """``name -> (build seconds, [(param, batch_fn, one_fn)], extra)``."""
+def _bbqlib_ivf(X, similarity, cache: Path | None):
+    """bbqlib ``IVFIndex(bits=1)`` over ``X`` and its build seconds; with ``cache`` (the 1M
+    set) saved there after its build and opened from there (verified) by later runs."""
+    import json
+
     import bbqlib
 
-    out = {}
+    if cache is not None and (cache / "build.json").exists():
+        ivf = bbqlib.IVFIndex.open(cache / "index", preload=True)
+        ivf.verify()  # every block checked once: each query is then one compiled call
+        return ivf, json.loads((cache / "build.json").read_text())["seconds"]
     t0 = time.perf_counter()
     ivf = bbqlib.IVFIndex(bits=1, similarity=similarity)
     ivf.add(X)
     build = time.perf_counter() - t0
+    if cache is not None:
+        ivf.save(cache / "index")
+        (cache / "build.json").write_text(json.dumps({"seconds": build}))
+    return ivf, build
+
+
+def _faiss_ivf_rabitq(X, similarity, nlist: int, cache: Path | None):
+    """faiss IVFRaBitQ 1-bit + RFlat (``peers.faiss_ivf_rabitq``); with ``cache`` written
+    there after its build (``faiss.write_index``) and read back by later runs, its search
+    parameters then set through ``faiss.ParameterSpace``."""
+    import json
+
+    if cache is not None and (cache / "build.json").exists():
+        import faiss
+
+        index = faiss.read_index(str(cache / "faiss.index"))
+        space = faiss.ParameterSpace()
+
+        class Cached:
+            build_seconds = json.loads((cache / "build.json").read_text())["seconds"]
+
+            def set_search_params(self, nprobe):
+                space.set_index_parameter(index, "nprobe", int(nprobe))
+
+            def search(self, Q, k):
+                return index.search(peers._prepare(Q, similarity, "queries"), k)
+
+        faiss.downcast_index(index).k_factor = float(OVERSAMPLE)  # also in the file
+        return Cached()
+    peer = peers.faiss_ivf_rabitq(X, similarity, nlist=nlist, bits=1, qb=4, k_factor=OVERSAMPLE)
+    if cache is not None:
+        import faiss
+
+        cache.mkdir(parents=True, exist_ok=True)
+        faiss.write_index(peer.index, str(cache / "faiss.index"))
+        (cache / "build.json").write_text(json.dumps({"seconds": peer.build_seconds}))
+    return peer
+
+
+def _systems(X, similarity="cosine", cache: Path | None = None):
+    """``name -> (build seconds, [(param, batch_fn, one_fn)], extra)``. ``cache``: a folder
+    where the IVF systems' builds are kept between runs (the 1M set)."""
+    import bbqlib
+
+    out = {}
+    ivf, build = _bbqlib_ivf(X, similarity, None if cache is None else cache / "bbqlib-ivf")
     bbqlib.warmup(ivf)
     os_ = OVERSAMPLE
     out[_ivf_name()] = (
@@ -164,7 +217,8 @@ def _systems(X, similarity="cosine"):
         ],
         {"index": ivf},
     )  # fmt: skip
-    fr = peers.faiss_ivf_rabitq(X, similarity, nlist=ivf.n_lists, bits=1, qb=4, k_factor=OVERSAMPLE)
+    fcache = None if cache is None else cache / f"faiss-ivf-rabitq-x{OVERSAMPLE:g}"
+    fr = _faiss_ivf_rabitq(X, similarity, ivf.n_lists, fcache)
 
     def fr_set(p):
         fr.set_search_params(nprobe=p)
@@ -228,31 +282,36 @@ def _single_times(one_fn, Q, before=lambda: None) -> list[float]:
     return times
 
 
-def _two_threads(one_fn, Q, before=lambda: None) -> tuple[float, float]:
-    """QPS with one Python thread and with two (each its half of ``Q``), single queries."""
+def _two_threads(one_fn, Q, before=lambda: None, seconds: float = 0.5) -> tuple[float, float]:
+    """QPS with one Python thread and with two (each its half of ``Q``), single queries;
+    ``Q`` is gone through as many times as make the one-thread run last about ``seconds``
+    (500 fast queries alone last ~50 ms: a scheduler tick on a shared machine moved it)."""
     import bbqlib
 
     before()
 
-    def run(part, out, i):
+    def run(part, out, i, passes):
         with bbqlib.thread_limit(1):
             t0 = time.perf_counter()
-            for j in range(len(part)):
-                one_fn(part[j : j + 1])
+            for _ in range(passes):
+                for j in range(len(part)):
+                    one_fn(part[j : j + 1])
             out[i] = time.perf_counter() - t0
 
     res = [0.0, 0.0]
-    run(Q, res, 0)
-    qps1 = len(Q) / res[0]
+    run(Q, res, 0, 1)  # a warm pass sizes the runs
+    passes = max(1, math.ceil(seconds / max(res[0], 1e-6)))
+    run(Q, res, 0, passes)
+    qps1 = passes * len(Q) / res[0]
     halves = [Q[0::2], Q[1::2]]
     res = [0.0, 0.0]
-    threads = [threading.Thread(target=run, args=(h, res, i)) for i, h in enumerate(halves)]
+    threads = [threading.Thread(target=run, args=(h, res, i, passes)) for i, h in enumerate(halves)]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    qps2 = len(Q) / (time.perf_counter() - t0)
+    qps2 = passes * len(Q) / (time.perf_counter() - t0)
     return qps1, qps2
 
 
@@ -373,7 +432,7 @@ def _timed_part(label, Q, systems, chosen, flat, rounds) -> list[str]:
     )
     scale = []
     runs = {}  # system -> [(qps1, qps2)], systems interleaved run by run
-    for _ in range(rounds):
+    for _ in range(rounds if rounds == 1 else 5):
         for name in (_ivf_name(), "hnswlib M16 efC200"):
             key = (name, 0.95)
             if key in chosen:
@@ -430,8 +489,9 @@ def latency_section(args) -> tuple[list[str], list[str]]:
         ):
             _dataset_settings(len(X) > 100_000)
             print(f"  {label}: building", flush=True)
-            with _common.threads(BUILD_THREADS if len(X) > 100_000 else 1):
-                systems = _systems(X)
+            big = len(X) > 100_000
+            with _common.threads(BUILD_THREADS if big else 1):
+                systems = _systems(X, cache=workdir / "builds-1m" if big else None)
             print(f"  {label}: recall sweeps", flush=True)
             chosen = {}  # (system, target) -> setting
             for name, (_build, settings, _extra) in systems.items():
@@ -456,8 +516,9 @@ def latency_section(args) -> tuple[list[str], list[str]]:
         f"Single-query latencies: {rounds} round(s) over the {N_QUERIES} queries, each round "
         "one batched call then the single queries of every system in turn. "
         "bbqlib.warmup(index) ran before the timings.",
-        "Two threads: median over the rounds (each run one thread, then two; systems "
-        "interleaved run by run) of QPS and of the 2 / 1 ratio.",
+        "Two threads: median over 5 rounds (each run one thread, then two; systems "
+        "interleaved run by run) of QPS and of the 2 / 1 ratio; each run goes through the "
+        "queries as many times as make the one-thread run last about 0.5 s.",
         "Timing parts: "
         + (
             f"each held `{LOCK}` at nice 0 (builds and recall sweeps ran outside it, at the "
