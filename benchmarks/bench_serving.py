@@ -28,6 +28,13 @@ Run from the repository root::
 
     python benchmarks/bench_serving.py [--sections contention,startup] [--quick]
 
+On a machine shared with other work, start it at low priority and give it the shared lock:
+builds and recall sweeps then run niced, and each timing part waits for the lock and runs at
+nice 0 while it holds it (the 1M set's IVF builds are kept in ``--workdir`` for later runs)::
+
+    nice -n 19 python benchmarks/bench_serving.py --sections latency --no-1m \
+        --lock /work/notes/bench.lock
+
 Results: ``benchmarks/results/serving.md`` (command, date, machine, load average).
 """
 
