@@ -485,7 +485,7 @@ def _merge_shared(found: list[dict]) -> dict:
 
 
 def render(args) -> None:
-    from render_calibrate import NOTES, render_markdown
+    from render_calibrate import NOTES, carry_over, render_markdown
 
     parts = {p: _load(args.workdir, p) for p in ("stores", "synthetic", "sizing", "grid")}
     found = [_load(args.workdir, "shared") or {}]
@@ -496,6 +496,8 @@ def render(args) -> None:
         found.insert(0, json.loads(Path(extra).read_text()))  # earlier runs first
     parts["shared"] = _merge_shared(found)
     tables, notes = render_markdown(parts, TARGET, SLACK)
+    if args.carry:  # keep the committed rows and tables this run did not measure
+        tables = carry_over(tables, Path(args.carry).read_text())
     _common.write_result(
         HERE / "results" / "calibrate.md",
         "Calibration: the cheapest configuration meeting recall@10 >= 0.95, measured",
@@ -511,7 +513,8 @@ def render(args) -> None:
         "flock /work/notes/bench.lock python benchmarks/bench_calibrate.py grid --datasets D "
         "--indexes I --workdir W/grid   # one hold per data set and index\n"
         "python benchmarks/bench_calibrate.py sizing --workdir W   # root: cgroup v1\n"
-        "python benchmarks/bench_calibrate.py render --workdir W [--shared-json earlier.json ...]",
+        "python benchmarks/bench_calibrate.py render --workdir W [--shared-json earlier.json ...] "
+        "[--carry benchmarks/results/calibrate.md]",
         tables,
         [*NOTES, *notes],
     )
@@ -541,6 +544,11 @@ def main() -> int:
         help="grid: which searches (full-grid: every bytes group)",
     )
     p.add_argument("--shared-json", nargs="*", help="render: earlier shared results")
+    p.add_argument(
+        "--carry",
+        help="render: the committed results file whose rows and tables this run did not "
+        "measure are kept",
+    )
     p.add_argument("--small", type=int, default=100_000, help="sizing: small-scale n")
     p.add_argument("--kind", default="ivf")
     p.add_argument("--index")

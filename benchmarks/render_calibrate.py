@@ -226,3 +226,64 @@ def render_markdown(parts: dict, target: float, slack: float):
             tables.append(f"### Candidates of the wall-time calibration: {key}\n\n"
                           + r["wall_table"])  # fmt: skip
     return tables, []
+
+
+# ----------------------------------------------------------------------------- carry-over
+#: Tables whose rows are one per data set and index: a re-rendered file keeps the committed
+#: rows of the data sets and indexes the new run did not measure (their session is stated in
+#: the notes). Every other table is replaced whole when the new run has it, else kept.
+KEYED = (
+    "### Wall time of one calibration",
+    "### Chosen configuration on fresh queries",
+    "### Smart walk against the exhaustive grid",
+)
+_UNTIMED = " (untimed, nice 19)"
+
+
+def _sections(text: str) -> dict[str, str]:
+    """``{heading line: body}`` of the ``###`` sections before ``## Notes``."""
+    text = text.split("\n## Notes", 1)[0]
+    out: dict[str, str] = {}
+    for chunk in text.split("\n### ")[1:]:
+        head, _, body = chunk.partition("\n")
+        out["### " + head.strip()] = body.strip("\n")
+    return out
+
+
+def _row_key(line: str) -> str:
+    return line.strip().strip("|").split("|")[0].strip().replace(_UNTIMED, "")
+
+
+def _merge_rows(new_body: str, old_body: str) -> str:
+    new_lines = new_body.strip("\n").splitlines()
+    old_lines = [x for x in old_body.strip("\n").splitlines() if x.startswith("|")]
+    if len(old_lines) < 2 or new_lines[:1] != old_lines[:1]:  # other columns: keep new only
+        return new_body
+    have = {_row_key(x) for x in new_lines[2:]}
+    kept = [x for x in old_lines[2:] if _row_key(x) not in have]
+    return "\n".join(new_lines + kept)
+
+
+def carry_over(tables: list[str], old_text: str) -> list[str]:
+    """``tables`` (this run's sections) merged into the committed file ``old_text``.
+
+    Sections keep the committed file's order; a keyed table (:data:`KEYED`) gets the
+    committed rows whose data set and index this run did not measure; a section this run
+    did not produce is kept as committed; new sections come last.
+    """
+    new = {}
+    for t in tables:
+        head, _, body = t.partition("\n")
+        new[head.strip()] = body.strip("\n")
+    old = _sections(old_text)
+    out = []
+    for head, body in old.items():
+        if head in new:
+            nb = new.pop(head)
+            if head.startswith(KEYED):
+                nb = _merge_rows(nb, body)
+            out.append(f"{head}\n\n{nb}")
+        else:
+            out.append(f"{head}\n\n{body}")
+    out += [f"{head}\n\n{body}" for head, body in new.items()]
+    return out
