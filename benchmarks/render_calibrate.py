@@ -9,20 +9,24 @@ MB = 1 << 20
 
 #: Protocol notes printed under the tables.
 NOTES = [
-    "Sessions: the debian-minilm-384 splits (flat and IVF), the smart walk against the grid "
-    "and the sizing table are from session 6, with SAQ in the search space (average budgets "
-    "1, 1.5, 2, 3, 4, 5, 6 bits per dimension, float queries). The wall-time rows, the "
-    "spacy-wordvec-300 splits, the rerank-store recalls and the candidate tables are from "
-    "session 5, whose space had no SAQ.",
+    "Sessions (SAQ in the search space from session 6: average budgets 1, 1.5, 2, 3, 4, 5, "
+    "6 bits per dimension, float queries): session 7 (the date above) made every wall-time "
+    "row and candidate table, the spacy-wordvec-300 splits (flat and IVF, untimed, nice 19), "
+    "the smart walk against the grid (all four timed) and the sizing table; session 6 the "
+    "debian-minilm-384 splits (flat and IVF); session 5, whose space had no SAQ, the "
+    "rerank-store recalls. Rows of earlier sessions are carried over from the committed file "
+    "(render --carry).",
     "Target: recall@10 >= 0.95 as the one-sided 95% bootstrap lower bound over the 200 "
     "calibration queries; a split passes when the chosen configuration, built afresh "
     "(report.build(), add(base)) and searched with its defaults, has mean recall@10 >= 0.945 "
     "on the other 800 queries.",
     "Wall time is one plain bbqlib.calibrate(base, queries[:200], ...) call, exact ground "
-    "truth included. CPU s is the process's CPU time over all its threads in that call: this "
-    "shared 2-core machine ran other jobs at the same time (load average in the table), so "
-    "wall times are inflated several-fold; most of calibration is single-thread search, so "
-    "on an idle machine its wall time is near the CPU figure.",
+    "truth included, the first call of its process (kernels loaded from numba's cache). CPU "
+    "s is the process's CPU time over all its threads in that call (above the wall time "
+    "where encodes and ground truth ran on both cores). Other jobs ran at nice 19 beside it "
+    "(load average in the table). Session 5's wall times of the shared sets (load 16-21, "
+    "other timed jobs competing, no SAQ in the space) were 18-42x these; its 1M call, "
+    "280 s, ran with every other job paused.",
     "Splits reuse one bbqlib.calibration.Calibrator per data set and index: encodes, IVF "
     "lists and per-query results of queries seen in an earlier split are kept (each split's "
     "choice is made from its own 200 queries' recalls, the same values a fresh calibration "
@@ -41,17 +45,20 @@ NOTES = [
     "query of a 200-query batch searched in the building process right after the build "
     "(batch, what calibration and sizing time) and one query per call in the serving process "
     "(single, Python overhead included).",
-    "Timed parts (the 1M calibration, the grid part, sizing) ran holding "
-    "/work/notes/bench.lock. Until session 5 /work/notes/bench_guard.py paused every process "
-    "at nice >= 10 while the lock was held; from session 6 (the sizing, grid and SAQ rows) "
-    "nothing is paused: other helpers' jobs ran at nice 19 beside the timed runs (load average "
-    "in each row).",
+    "Timed parts (the wall-time calls, the grid part, sizing) ran holding "
+    "/work/notes/bench.lock (the 1M calibration and sizing also /work/notes/bigmem.lock). "
+    "Until session 5 /work/notes/bench_guard.py paused every process at nice >= 10 while the "
+    "lock was held; from session 6 nothing is paused: other helpers' jobs ran at nice 19 "
+    "beside the timed runs (load average 8-15 in session 7, in each row). A nice-19 job "
+    "takes little CPU from a nice-0 one, so the timed process had most of the two cores.",
     "Grid: search='grid' measures every point of the same space at every oversample and "
     "visit budget (no pruning, no monotonicity assumed), in groups of equal bytes from the "
     "cheapest up, and stops after the first group where some setting meets the target (no "
     "more expensive group can hold the cheapest configuration). Smart walk and grid each run "
     "on a fresh Calibrator (nothing shared) on split 0's 200 queries with the data set's "
-    "exact ground truth, under the benchmark lock (other jobs paused).",
+    "exact ground truth, under the benchmark lock; first, untimed, a grid on 1,000 of the "
+    "vectors loads every kernel, so neither timed search pays for it (without it, in a run "
+    "before, the first search, the walk, took 9-24 s more on spacy-wordvec-300).",
 ]
 
 
