@@ -257,6 +257,11 @@ def _sections(text: str) -> dict[str, str]:
     return out
 
 
+def _head_key(head: str) -> str:
+    """A heading without its parenthesised tail (the sizing table names its configuration)."""
+    return head.split(" (", 1)[0]
+
+
 def _row_key(line: str) -> str:
     return line.strip().strip("|").split("|")[0].strip().replace(_UNTIMED, "")
 
@@ -281,16 +286,15 @@ def carry_over(tables: list[str], old_text: str) -> list[str]:
     new = {}
     for t in tables:
         head, _, body = t.partition("\n")
-        new[head.strip()] = body.strip("\n")
-    old = _sections(old_text)
+        new[_head_key(head.strip())] = (head.strip(), body.strip("\n"))
     out = []
-    for head, body in old.items():
-        if head in new:
-            nb = new.pop(head)
+    for head, body in _sections(old_text).items():
+        if _head_key(head) in new:
+            head, nb = new.pop(_head_key(head))
             if head.startswith(KEYED):
                 nb = _merge_rows(nb, body)
             out.append(f"{head}\n\n{nb}")
         else:
             out.append(f"{head}\n\n{body}")
-    out += [f"{head}\n\n{body}" for head, body in new.items()]
+    out += [f"{head}\n\n{body}" for head, body in new.values()]
     return out

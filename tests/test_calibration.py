@@ -334,3 +334,7 @@ def test_results_render_keeps_rows_it_did_not_measure():
     assert out[1] == "### Sizing at 1M (c)\n\n| index | r |\n|---|---|\n| ivf | 1 |"
     assert out[2].startswith("### The 1M calibration's candidates")
     assert len(out) == 3
+    # a table whose heading names another configuration replaces the committed one in place
+    out = render.carry_over(["### Sizing at 1M (d)\n\n| index | r |\n|---|---|\n| ivf | 2 |"], old)
+    assert out[1] == "### Sizing at 1M (d)\n\n| index | r |\n|---|---|\n| ivf | 2 |"
+    assert len(out) == 2
