@@ -452,6 +452,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-debian", action="store_true", help="latency: the 1M set only")
     ap.add_argument("--oversample", type=float, default=3.0, help="latency: IVF rerank depth")
     ap.add_argument("--no-graphs", action="store_true", help="latency: IVF systems only")
+    ap.add_argument("--oversample-1m", type=float, help="latency: the 1M set's rerank depth")
+    ap.add_argument("--no-1m-graphs", action="store_true", help="latency: 1M, IVF systems only")
     ap.add_argument("--workdir", default="/tmp/bbqlib-serving", help="latency: 1M data cache")
     ap.add_argument("--out", default=str(RESULT))
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
@@ -460,6 +462,8 @@ def main(argv=None) -> int:
 
     serving_latency.OVERSAMPLE = args.oversample
     serving_latency.GRAPHS = not args.no_graphs
+    serving_latency.OVERSAMPLE_1M = args.oversample_1m
+    serving_latency.GRAPHS_1M = False if args.no_1m_graphs else None
     if args.worker:
         kind, *rest = args.worker
         if kind == "contention":

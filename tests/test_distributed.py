@@ -182,6 +182,57 @@ def test_build_writes_what_the_local_writer_writes(built, data, tmp_path):
             assert np.array_equal(got, want), kw
 
 
+@pytest.mark.parametrize("kind", ["float16", "int8"])
+def test_float16_and_int8_vectors_are_the_local_builds_bytes(client, data, tmp_path, kind):
+    """``store_vectors="float16" | "int8"`` (IVF format 6): each worker converts its rows
+    with the local conversion and writes them in place; the vector file (header included),
+    its CRC32 and block CRC32s are those of ``IVFIndex(path=..., store_vectors=kind).add``."""
+    from bbqlib.index.ivf import storage as ST
+
+    X, Q, gt = data
+    got = build_ivf(_chunks(X), tmp_path / "d", cluster_size=64, store_vectors=kind,
+                    client=client)  # fmt: skip
+    local = bbqlib.IVFIndex(cluster_size=64, store_vectors=kind, path=tmp_path / "l")
+    local.add(X)
+    meta_d, _, _, seg_d = ST.open_generation(tmp_path / "d")
+    meta_l, _, _, seg_l = ST.open_generation(tmp_path / "l")
+    assert meta_d["vector_dtype"] == meta_l["vector_dtype"] == kind
+    assert len(seg_d) == len(seg_l) == 1
+    assert seg_d[0].file.read_bytes() == seg_l[0].file.read_bytes()
+    assert seg_d[0].crc32 == seg_l[0].crc32
+    assert seg_d[0].blocks.crcs.tolist() == seg_l[0].blocks.crcs.tolist()
+    ST.verify_generation(tmp_path / "d")
+    assert got.store_vectors == kind
+    assert _recall(got.search(Q, 10, visit_percentage=20)[1], gt) >= 0.9
+
+
+def test_oversized_lists_are_split_as_the_local_build_splits(client, data, tmp_path):
+    """The re-split of lists above ``SPLIT_FACTOR · cluster_size`` (the local build's rule and
+    code, :func:`~bbqlib.index.ivf.build.split_lists`) runs in the distributed build too:
+    with the limit lowered to ``1 · cluster_size`` both builds make the same list profile,
+    more lists than without the split."""
+    from bbqlib.index.ivf import build as IB
+
+    X = data[0]
+
+    def profile(index):
+        sizes = np.bincount(np.asarray(index._assign)[:, 0], minlength=index.n_lists)
+        return index.n_lists, sizes
+
+    unsplit, _ = profile(build_ivf(_chunks(X), tmp_path / "u", cluster_size=64, client=client))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(IB, "SPLIT_FACTOR", 1)
+        dist = build_ivf(_chunks(X), tmp_path / "d", cluster_size=64, client=client)
+        local = bbqlib.IVFIndex(cluster_size=64)
+        local.add(X)
+    k_d, sizes_d = profile(dist)
+    k_l, sizes_l = profile(local)
+    assert k_d > unsplit + 10 and k_l > unsplit + 10  # the split ran in both
+    assert abs(k_d - k_l) <= 0.03 * k_l, (k_d, k_l)
+    q = [10, 50, 90, 100]
+    assert np.allclose(np.percentile(sizes_d, q), np.percentile(sizes_l, q), rtol=0.1, atol=3)
+
+
 def test_build_from_files_without_client_equals_build_on_cluster(built, data, tmp_path):
     X, Q, _ = data
     shards = tmp_path / "shards"
@@ -344,7 +395,7 @@ def test_errors_name_the_parameter(data, tmp_path):
     with pytest.raises(TypeError, match="dask.array"):
         build_ivf(object(), tmp_path / "x")
     with pytest.raises(ValueError, match="store_vectors"):
-        build_ivf(X, tmp_path / "x", store_vectors="float16")
+        build_ivf(X, tmp_path / "x", store_vectors="bfloat16")
     with pytest.raises(ValueError, match="fitted"):
         encode(bbqlib.BBQQuantizer(), X)
     assert not (tmp_path / "x").exists()
@@ -406,8 +457,7 @@ def test_assigner_walk_finds_the_nearest_centroid():
 def test_block_checksums_joined_from_partition_pieces():
     """The vector file's block CRC32s, joined on the driver from each partition's pieces,
     equal those of the whole matrix (blocks spanning 1-3 partitions, uneven partitions)."""
-    from bbqlib.distributed._tasks import block_crc_pieces
-    from bbqlib.distributed.build import _join_blocks
+    from bbqlib.distributed._tasks import block_crc_pieces, join_blocks
     from bbqlib.io.blocks import BlockChecksums
 
     rows = np.random.default_rng(3).normal(size=(1000, 5)).astype("<f4")
@@ -415,6 +465,6 @@ def test_block_checksums_joined_from_partition_pieces():
     results = [{"blocks_crc": block_crc_pieces(rows[a:b], a, block_rows=64)}
                for a, b in zip(cuts[:-1], cuts[1:], strict=True)]  # fmt: skip
     want = BlockChecksums.of(rows, 64).crcs
-    assert np.array_equal(_join_blocks(results, 1000, block_rows=64), want)
+    assert np.array_equal(join_blocks(results, 1000, block_rows=64), want)
     with pytest.raises(RuntimeError, match="do not cover"):
-        _join_blocks(results[:-1], 1000, block_rows=64)
+        join_blocks(results[:-1], 1000, block_rows=64)

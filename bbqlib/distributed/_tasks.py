@@ -18,7 +18,8 @@ import numpy as np
 
 from .._validation import check_vectors, prepare_for_similarity
 from ..io.blocks import BLOCK_ROWS
-from ..io.streamed import StreamedContainer, write_rows
+from ..io.streamed import StreamedContainer, crc32_combine, write_rows
+from ..scoring.stored import stored_row_bytes, to_stored
 from ._dask import set_worker_threads, shared_value
 
 __all__ = [
@@ -30,6 +31,8 @@ __all__ = [
     "MergePlan",
     "merge_lists",
     "block_crc_pieces",
+    "join_blocks",
+    "list_ranges",
 ]
 
 
@@ -44,6 +47,7 @@ class BuildState:
     staging: str
     vectors: str | None  # the one vector segment (.npy, preallocated), None: no vectors
     vectors_offset: int  # bytes of its .npy header
+    vector_kind: str | None = "float32"  # the stored kind (bbqlib.scoring.stored)
 
 
 def prepared(block, quantizer, dim: int) -> np.ndarray:
@@ -97,13 +101,14 @@ def assign_and_encode(block, state: BuildState, part: int, dim: int, row0: int, 
     P = prepared(block, q, dim)
     vectors_crc = blocks_crc = None
     if state.vectors is not None:
-        rows = np.ascontiguousarray(P, dtype="<f4")
+        rows = to_stored(P, state.vector_kind)  # as IVFIndex.add stores them
+        data = _row_bytes(rows)
         with open(state.vectors, "r+b") as f:
-            f.seek(state.vectors_offset + row0 * dim * 4)
-            f.write(memoryview(rows.reshape(-1).view(np.uint8)))
+            f.seek(state.vectors_offset + row0 * stored_row_bytes(state.vector_kind, dim))
+            f.write(memoryview(data))
         blocks_crc = block_crc_pieces(rows, row0)
-        vectors_crc = (zlib.crc32(rows.reshape(-1).view(np.uint8)), rows.nbytes)
-        del rows
+        vectors_crc = (zlib.crc32(data), data.size)
+        del rows, data
     W = q.transform_rows(P)
     del P
     n = W.shape[0]
@@ -130,6 +135,12 @@ def assign_and_encode(block, state: BuildState, part: int, dim: int, row0: int, 
             "vectors_crc": vectors_crc, "blocks_crc": blocks_crc}  # fmt: skip
 
 
+def _row_bytes(rows: np.ndarray) -> np.ndarray:
+    """The bytes of stored rows (float [m, d] or int8 records [m]) as one uint8 vector."""
+    rows = np.ascontiguousarray(rows)
+    return rows.reshape(rows.shape[0], -1).view(np.uint8).reshape(-1)
+
+
 def block_crc_pieces(rows: np.ndarray, row0: int, block_rows: int = BLOCK_ROWS) -> list:
     """CRC32 of the part of every checksum block (``block_rows`` rows of the whole segment,
     :mod:`bbqlib.io.blocks`) that rows ``row0 : row0 + len(rows)`` cover, as
@@ -140,7 +151,7 @@ def block_crc_pieces(rows: np.ndarray, row0: int, block_rows: int = BLOCK_ROWS) 
     while start < n:
         block = (row0 + start) // block_rows
         stop = min(n, (block + 1) * block_rows - row0)
-        piece = rows[start:stop].reshape(-1).view(np.uint8)
+        piece = _row_bytes(rows[start:stop])
         out.append((block, zlib.crc32(piece), piece.size))
         start = stop
     return out
@@ -214,3 +225,25 @@ def merge_lists(plan: MergePlan, j0: int, j1: int):
         lut_crc = ST.list_crcs(arrays, start, blocks=True)
     crc = ST.list_crcs(arrays, start)
     return crc, lut_crc, out
+
+
+def join_blocks(results, n: int, block_rows: int = BLOCK_ROWS) -> np.ndarray:
+    """The vector segment's block CRC32s (:mod:`bbqlib.io.blocks`) from the partitions'
+    pieces (a block that spans two partitions has a piece in each), without reading it."""
+    crcs = np.zeros(-(-n // block_rows), dtype=np.uint32)
+    seen = np.zeros(crcs.size, dtype=bool)
+    for r in results:  # partition order = row order
+        for block, crc, nbytes in r["blocks_crc"]:
+            crcs[block] = crc32_combine(int(crcs[block]), crc, nbytes) if seen[block] else crc
+            seen[block] = True
+    if not seen.all():
+        raise RuntimeError("the partitions' block checksums do not cover the vector segment")
+    return crcs
+
+
+def list_ranges(sizes: np.ndarray, per_task: int) -> list[tuple[int, int]]:
+    """Consecutive list ranges of about ``per_task`` entries each (at least one list)."""
+    K = sizes.size
+    ends = np.searchsorted(np.cumsum(sizes), np.arange(per_task, int(sizes.sum()), per_task))
+    cuts = np.unique(np.concatenate([[0], ends + 1, [K]]).clip(0, K))
+    return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]

@@ -9,6 +9,9 @@ The stages (each a set of tasks, see :mod:`._tasks`):
    rows per list, so that the full data gives ``cluster_size``;
 3. **means** (workers) - every row to its nearest centroid, per-list sums: each centroid
    becomes the mean of all its rows, as the single-process build's last full pass does;
+   **split** - lists whose rows exceed ``2 · cluster_size`` are re-clustered on the driver
+   from their rows (gathered by tasks) with the single-process build's own
+   :func:`~bbqlib.index.ivf.build.split_lists`;
 4. **encode** (workers) - nearest centroid again, SOAR spill and its loss, each entry coded
    against its list's centroid by ``quantizer.encode_pairs``, and the prepared float rows
    written at their place in the index's one vector segment;
@@ -34,10 +37,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ..index.ivf.build import FIT_SAMPLE, drop_weakest_spills, residual_sample
+from ..index.ivf.build import (
+    FIT_SAMPLE,
+    drop_weakest_spills,
+    oversized_lists,
+    residual_sample,
+    split_lists,
+)
 from ..io.blocks import BLOCK_ROWS, BlockChecksums
 from ..packing import lut_block_starts
 from ._dask import broadcast, require, resolve_client, run_tasks
+from ._tasks import join_blocks, list_ranges
 from .inputs import as_dask_array
 
 __all__ = ["build_ivf", "BuildError", "default_sample"]
@@ -81,7 +91,7 @@ def build_ivf(
     sample: int | None = None,
     seed: int = 42,
     soar: bool = True,
-    store_vectors: bool = True,
+    store_vectors: bool | str = True,
     refine: bool = True,
     like=None,
     client=None,
@@ -110,10 +120,17 @@ def build_ivf(
     sample : int, optional
         Rows clustered on the driver; default :func:`default_sample` (64 per list).
     seed : int, default 42
-    soar, store_vectors : bool, default True
+    soar : bool, default True
         As for :class:`~bbqlib.IVFIndex`.
+    store_vectors : bool or {"float32", "float16", "int8"}, default True
+        The rerank vectors, as for :class:`~bbqlib.IVFIndex` (``True``: float32); each
+        worker converts its rows with the local build's own conversion
+        (:func:`bbqlib.scoring.stored.to_stored`), so the vector file is byte for byte the
+        one ``IVFIndex.add`` writes.
     refine : bool, default True
-        One pass over all rows moving every centroid to the mean of its rows (stage 3).
+        One pass over all rows moving every centroid to the mean of its rows (stage 3),
+        then the re-split of lists above ``2 · cluster_size`` (as ``IVFIndex.add``); without
+        it the sample's lists are kept as they are.
     like : IVFIndex or path, optional
         Reuse this index's fitted quantizer and centroids (no sampling, no clustering): the
         shards of one data set built this way share their lists, so a
@@ -152,12 +169,6 @@ def build_ivf(
         quantizer = like.quantizer
     index = IVFIndex(quantizer, cluster_size=cluster_size, seed=seed, soar=soar,
                      store_vectors=store_vectors)  # fmt: skip
-    if index.store_vectors not in (None, False, "float32"):
-        raise ValueError(
-            f"store_vectors={store_vectors!r}: the distributed build stores float32 rerank "
-            "vectors (store_vectors=True) or none (False); float16 / int8 vectors are not "
-            "supported here yet"
-        )
     ids = _check_ids(ids, n)
     if sample is None:
         sample = default_sample(n, index.cluster_size)
@@ -180,6 +191,7 @@ class _Build:
         self.n, self.d = (int(s) for s in X.shape)
         self.token = secrets.token_hex(4)
         self.centroids = None
+        self.oversized = np.empty(0, dtype=np.int64)
         self.ids = None
         self.vectors = None
         self.timings: dict[str, float] = {}
@@ -231,6 +243,9 @@ class _Build:
             if self.refine:
                 stage = self.mark("means")
                 C, S_assign = self.means(C, S)
+                if self.oversized.size:
+                    stage = self.mark("split")
+                    C = self.split(C)
             stage = self.mark("encode")
             assigner, results = self.encode(C, S, S_assign)
             del S
@@ -322,7 +337,32 @@ class _Build:
         remap = np.cumsum(keep, dtype=np.int32) - 1
         self.first_assign = remap[self.first_assign]
         C = np.ascontiguousarray(C[keep])
+        self.oversized = oversized_lists(counts[keep], self.index.cluster_size)
         return C, None
+
+    def split(self, C):
+        """Re-cluster the lists above ``SPLIT_FACTOR · cluster_size`` (after the means pass),
+        as the single-process build does after its clustering (:func:`split_lists`): their
+        rows are gathered to the driver (a small share of ``X``: lists that large are rare)."""
+        from ._tasks import gather_rows, prepared
+
+        big = self.oversized
+        members = np.flatnonzero(np.isin(self.first_assign, big))
+        args = []
+        for p, block in enumerate(self.blocks):
+            lo, hi = np.searchsorted(members, self.rows[p : p + 2])
+            if hi > lo:
+                args.append((block, members[lo:hi] - self.rows[p]))
+        parts = self.tasks(gather_rows, args, "split")
+        q = self.index.quantizer
+        Wm = q.transform_rows(prepared(np.concatenate(parts), q, self.d))
+        del parts
+        C, new_list = split_lists(C, big, Wm, self.first_assign[members],
+                                  self.index.cluster_size, self.index.seed)  # fmt: skip
+        self.first_assign[members] = new_list
+        log.info("bbqlib build %s: %d lists above the split limit (%d rows) became %d",
+                 self.token, big.size, members.size, np.unique(new_list).size)  # fmt: skip
+        return np.ascontiguousarray(C)
 
     def encode(self, C, S, S_assign):
         """Fit the residual grids, then assign, spill and encode every partition."""
@@ -336,14 +376,18 @@ class _Build:
             m = min(S.shape[0], 65_536)
             primary_s = a.nearest(S[:m], None if S_assign is None else S_assign[:m])
             q.fit_residuals(residual_sample(S[:m], a.C, primary_s, seed=index.seed))
-        vectors, offset = None, 0
-        if index.store_vectors:  # one .npy for all rows: the workers fill it in place
+        vectors, offset, kind = None, 0, index.store_vectors or None
+        if kind:  # one .npy for all rows (the local writer's header): workers fill it in place
+            from ..index.ivf.segments import segment_header
+            from ..scoring.stored import stored_row_bytes
+
             self.vectors = self.staging / f"vectors.{secrets.token_hex(8)}.npy"
-            empty = np.lib.format.open_memmap(self.vectors, mode="w+", dtype="<f4",
-                                              shape=(self.n, self.d))  # fmt: skip
-            vectors, offset = str(self.vectors), int(empty.offset)
-            del empty
-        state = BuildState(q, a, index.soar, 1.0, str(self.staging), vectors, offset)
+            header = segment_header(self.n, self.d, kind)
+            with open(self.vectors, "wb") as f:
+                f.write(header)
+                f.truncate(len(header) + self.n * stored_row_bytes(kind, self.d))
+            vectors, offset = str(self.vectors), len(header)
+        state = BuildState(q, a, index.soar, 1.0, str(self.staging), vectors, offset, kind)
         shared = broadcast(self.client, state, self.staging)
         first = getattr(self, "first_assign", None)
         args = [
@@ -404,7 +448,7 @@ class _Build:
         drops = [dropped[self.rows[p] : self.rows[p + 1]] for p in range(len(results))]
         plan = MergePlan(str(self.staging), container, offsets, self.rows, drops, start, planes)
         shared = broadcast(self.client, plan, self.staging)
-        ranges = _list_ranges(sizes, MERGE_ENTRIES)
+        ranges = list_ranges(sizes, MERGE_ENTRIES)
         parts = self.tasks(merge_lists, [(shared, j0, j1) for j0, j1 in ranges], "merge")
         crc = np.concatenate([p[0] for p in parts])
         lut_crc = np.concatenate([p[1] for p in parts]) if planes else None
@@ -443,7 +487,7 @@ class _Build:
             vec_crc = 0
             for r in results:
                 vec_crc = crc32_combine(vec_crc, *r["vectors_crc"])
-            checks = BlockChecksums(_join_blocks(results, self.n), BLOCK_ROWS, None)
+            checks = BlockChecksums(join_blocks(results, self.n), BLOCK_ROWS, None)
             target = self.path / self.vectors.name
             with open(self.vectors, "r+b") as f:
                 os.fsync(f.fileno())
@@ -469,32 +513,8 @@ class _Build:
         F.save(index, self.path)
 
 
-def _join_blocks(results, n: int, block_rows: int = BLOCK_ROWS) -> np.ndarray:
-    """The vector segment's block CRC32s (:mod:`bbqlib.io.blocks`) from the partitions'
-    pieces (a block that spans two partitions has a piece in each), without reading it."""
-    from ..io.streamed import crc32_combine
-
-    crcs = np.zeros(-(-n // block_rows), dtype=np.uint32)
-    seen = np.zeros(crcs.size, dtype=bool)
-    for r in results:  # partition order = row order
-        for block, crc, nbytes in r["blocks_crc"]:
-            crcs[block] = crc32_combine(int(crcs[block]), crc, nbytes) if seen[block] else crc
-            seen[block] = True
-    if not seen.all():
-        raise RuntimeError("the partitions' block checksums do not cover the vector segment")
-    return crcs
-
-
 def _next_generation(path: Path) -> int:
     from ..index.ivf import storage as ST
 
     manifest = ST._read_manifest(path)
     return (int(manifest["generation"]) if manifest else 0) + 1
-
-
-def _list_ranges(sizes: np.ndarray, per_task: int) -> list[tuple[int, int]]:
-    """Consecutive list ranges of about ``per_task`` entries each (at least one list)."""
-    K = sizes.size
-    ends = np.searchsorted(np.cumsum(sizes), np.arange(per_task, int(sizes.sum()), per_task))
-    cuts = np.unique(np.concatenate([[0], ends + 1, [K]]).clip(0, K))
-    return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]

@@ -26,6 +26,8 @@ __all__ = [
     "cap_spills",
     "drop_weakest_spills",
     "split_oversized",
+    "split_lists",
+    "oversized_lists",
 ]
 
 #: Rows per streamed block at build time (65,536 x 384 float32 = 96 MiB).
@@ -193,6 +195,33 @@ def split_oversized(W, C, primary, limit: int, target: int, seed: int):
     return C, primary, np.asarray(changed, dtype=np.int64)
 
 
+def oversized_lists(primary_counts: np.ndarray, cluster_size: int) -> np.ndarray:
+    """Lists (ascending) whose primary vectors exceed ``SPLIT_FACTOR · cluster_size``: the
+    ones :func:`split_lists` re-clusters (after a build's clustering and after adds)."""
+    return np.flatnonzero(np.asarray(primary_counts) > SPLIT_FACTOR * cluster_size)
+
+
+def split_lists(C, big, members_W, members_list, cluster_size: int, seed: int):
+    """Re-cluster the lists ``big`` of centroid table ``C`` from their members' rows.
+
+    ``members_W``: the rows (float32, the quantizer's space) of every vector whose primary
+    list is in ``big``, ``members_list`` their lists. Each list is clustered by
+    :func:`split_oversized` at ``cluster_size``; the first new centroid takes the list's slot,
+    the others are appended after ``C``'s last. Used by the single-process build, by
+    ``add`` and by the distributed build (:mod:`bbqlib.distributed`), so that all of them
+    make the same lists. Returns ``(C, new_list)``: a new table and each member's new list.
+    """
+    big = np.asarray(big, dtype=np.int64)
+    local = np.searchsorted(big, np.asarray(members_list))
+    limit = SPLIT_FACTOR * cluster_size
+    C_local, sub, _ = split_oversized(members_W, C[big], local, limit, cluster_size, seed)
+    K = C.shape[0]
+    slots = np.concatenate([big, np.arange(K, K + C_local.shape[0] - big.size)])
+    out = np.concatenate([C, C_local[big.size :]])
+    out[big] = C_local[: big.size]
+    return out, slots[sub].astype(np.int32)
+
+
 # --------------------------------------------------------------------------- orchestration
 #: Rows the quantizer is fitted on (its transform, centre and grids; a seeded sample).
 FIT_SAMPLE = 65_536
@@ -256,26 +285,18 @@ def split_large_lists(index) -> None:
 
     if not index.store_vectors:
         return  # nothing to re-cluster from; lists keep growing (documented)
-    counts = index._primary_counts()
-    limit = SPLIT_FACTOR * index.cluster_size
-    if counts.max() <= limit:
+    big = oversized_lists(index._primary_counts(), index.cluster_size)
+    if big.size == 0:
         return
     q = index.quantizer
     assign = np.array(index._assign)
-    big = np.flatnonzero(counts > limit)
     members = np.flatnonzero(np.isin(assign[:, 0], big))
     Wm = q.transform_rows(index._vectors_rows(members))
-    local = np.searchsorted(big, assign[members, 0])  # list j -> row of a small table
-    C_local, sub, _ = split_oversized(
-        Wm, index._C[big], local, limit, index.cluster_size, index.seed
-    )
-    if C_local.shape[0] == big.size:
+    C, new_list = split_lists(index._C, big, Wm, assign[members, 0], index.cluster_size,
+                              index.seed)  # fmt: skip
+    if C.shape[0] == index._C.shape[0]:
         return  # nothing could be split
-    K = index._C.shape[0]
-    slots = np.concatenate([big, np.arange(K, K + C_local.shape[0] - big.size)])
-    C = np.concatenate([index._C, C_local[big.size :]])
-    C[big] = C_local[: big.size]
-    assign[members, 0] = slots[sub]
+    assign[members, 0] = new_list
     affected = np.zeros(index._ntotal, dtype=bool)
     affected[members] = True
     affected[np.isin(assign[:, 1], big)] = True  # their spill list moved or split

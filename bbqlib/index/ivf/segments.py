@@ -26,7 +26,7 @@ from ...io.blocks import BLOCK_ROWS, BlockChecksums, BlockCRCWriter
 from ...io.errors import CorruptFileError
 from ...scoring.stored import stored_kind_of, to_stored, vector_dtype
 
-__all__ = ["Segment", "write_segment", "map_segment", "with_block_checksums"]
+__all__ = ["Segment", "write_segment", "segment_header", "map_segment", "with_block_checksums"]
 
 _CRC_CHUNK = 1 << 24
 
@@ -107,6 +107,12 @@ def write_segment(
         f.write(new_header)
     checks = BlockChecksums(blocks.finish(), BLOCK_ROWS, name)
     return Segment(map_segment(name, rows, dim, kind), name, crc, checks)
+
+
+def segment_header(rows: int, dim: int, kind: str = "float32") -> bytes:
+    """The ``.npy`` header :func:`write_segment` writes for ``rows`` rows of ``kind`` (its
+    length fixed by the widest row count), for writers that fill a segment in place."""
+    return _npy_header(rows, dim, kind, pad_to=len(_npy_header(10**19, dim, kind)))
 
 
 def with_block_checksums(seg: Segment) -> Segment:
