@@ -15,7 +15,11 @@ NOTES = [
     "the smart walk against the grid (all four timed) and the sizing table; session 6 the "
     "debian-minilm-384 splits (flat and IVF); session 5, whose space had no SAQ, the "
     "rerank-store recalls. Rows of earlier sessions are carried over from the committed file "
-    "(render --carry).",
+    "(render --carry). Code of session 7's runs: bbqlib at 870b0f3 (benchmark script of "
+    "53f4cc9) for everything timed and the spacy-wordvec-300 splits; the 1M splits ran on "
+    "abe6dd6, after main's 4-bit lookup-table scan of SAQ in the IVF was merged (IVF SAQ "
+    "latencies, hence calibration and grid times, may differ on that code; recall and bytes "
+    "do not depend on it).",
     "Target: recall@10 >= 0.95 as the one-sided 95% bootstrap lower bound over the 200 "
     "calibration queries; a split passes when the chosen configuration, built afresh "
     "(report.build(), add(base)) and searched with its defaults, has mean recall@10 >= 0.945 "
