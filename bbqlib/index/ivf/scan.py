@@ -54,8 +54,7 @@ def scan_lists(quantizer, postings: Postings, centroids, list_cc, Qt, plan, heap
         if row.layout == "segments":  # SAQ: one table set per query for all its lists
             quantizer.scan_pairs(
                 Qt[q0:q1], centroids, list_cc, (pair_query[p0:p1] - q0, pair_list[p0:p1],
-                pair_start[q0 : q1 + 1] - p0), (postings.codes, postings.factors, postings.ids,
-                postings.start), mask, keys[q0:q1], ids[q0:q1],
+                pair_start[q0 : q1 + 1] - p0), postings, mask, keys[q0:q1], ids[q0:q1],
             )  # fmt: skip
             continue
         qdata, qf = quantizer.query_pairs(
