@@ -475,6 +475,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-graphs", action="store_true", help="latency: IVF systems only")
     ap.add_argument("--oversample-1m", type=float, help="latency: the 1M set's rerank depth")
     ap.add_argument("--no-1m-graphs", action="store_true", help="latency: 1M, IVF systems only")
+    ap.add_argument(
+        "--no-1m-faiss", action="store_true", help="latency: 1M, bbqlib IVF only (no faiss)"
+    )
     ap.add_argument("--workdir", default="/tmp/bbqlib-serving", help="latency: 1M data cache")
     ap.add_argument(
         "--lock",
@@ -491,6 +494,7 @@ def main(argv=None) -> int:
     serving_latency.OVERSAMPLE_1M = args.oversample_1m
     serving_latency.GRAPHS_1M = False if args.no_1m_graphs else None
     serving_latency.LOCK = args.lock
+    serving_latency.FAISS_1M = not args.no_1m_faiss
     if args.worker:
         kind, *rest = args.worker
         if kind == "contention":
