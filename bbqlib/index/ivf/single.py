@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..._kernels import rerank as KR
 from ..._kernels import single as KO
 from ..._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE
 from ...encoding import padded_dim
 from ...quantizers.osq import DEFAULT_ITERS, DEFAULT_LAMBDA
 from ...scoring import SCORE_KINDS, candidate_count, check_oversample
-from ...scoring.stored import stored_rows
+from ...scoring.stored import stored_exact_values
 from ...similarity import Similarity
 from ..single import finish_scores, float_rows, lut_osq, one_query, prepared_query, rerank_finish
 from . import files as F
@@ -289,22 +290,20 @@ def _finish(index, state, Qp, keys, rows, k, sim, rerank, scores):
     if rerank and state["segment"].blocks is not None:  # block CRC32s at their first read
         state["segment"].check_rows(rows[rows >= 0])
     if rerank and state["vectors"] is None:  # float16 / int8 rows
-        out, rows = _rerank_decoded(Qp, state["segment"].array, keys, rows, k, sim, scores)
+        out, rows = _rerank_decoded(Qp, state["segment"].array, rows, k, sim, scores)
     else:
         out, rows = rerank_finish(Qp, state["vectors"], keys, rows, k, sim, rerank, scores)
     return out, index._row_ids.of_rows(rows)
 
 
-def _rerank_decoded(Qp, stored, keys, rows, k, sim, scores):
-    """:func:`rerank_finish` over the candidates' stored rows decoded as float32 (float16,
-    int8 records: :func:`bbqlib.scoring.stored.stored_rows`, the values the batch path's
-    rerank scores). The candidates are renumbered in ascending row order, so ties between
-    rows keep their order."""
-    valid = rows >= 0
-    uniq = np.unique(rows[valid])
-    local = np.full(rows.shape, -1, dtype=rows.dtype)
-    local[valid] = np.searchsorted(uniq, rows[valid])
-    out, found = rerank_finish(Qp, stored_rows(stored, uniq), keys, local, k, sim, True, scores)
-    if uniq.size == 0:
-        return out, found
-    return out, np.where(found >= 0, uniq[np.maximum(found, 0)], -1)
+def _rerank_decoded(Qp, stored, rows, k, sim, scores):
+    """:func:`rerank_finish` over float16 or int8 stored rows, read by the exact kernel itself
+    on the calling thread (:func:`bbqlib.scoring.stored.stored_exact_values`: the values the
+    batch path's rerank scores, no NumPy gather or decode), then the best ``k`` by (key desc,
+    row asc) as :func:`rerank_finish` orders them."""
+    dist = sim.is_distance
+    pad = np.inf if dist and scores == "raw" else -np.inf
+    mode = KR.SQUARED_L2 if dist else KR.INNER_PRODUCT
+    raw = stored_exact_values(Qp, stored, rows.reshape(1, -1), mode, parallel=False)
+    out_raw, out_rows = KO.best_k(raw[0], rows, dist, k, pad)
+    return finish_scores(out_raw, out_rows, sim, pad, scores), out_rows
