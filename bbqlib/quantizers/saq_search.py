@@ -37,8 +37,9 @@ __all__ = [
 PREFILTER_Z = 4.0
 #: Planes per segment the two-pass search's first pass reads (None: all). Reading only the
 #: top plane (the authors' "1-bit stage") or two, with the dropped bits bounded, left
-#: 4,700-12,400 and 830-1,000 docs per query for the float pass on debian-minilm-384 at 1-4
-#: bits, against 33-37 with every plane, and ran 1.1-4.3x slower (benchmarks/results/saq.md):
+#: 1,862-12,129 and 633-1,021 docs per query for the float pass on the shared data at 1-4
+#: bits, against 32-50 with every plane, and ran 2.5-5.4x and up to 2.8x slower
+#: (benchmarks/results/saq.md):
 #: the 4-bit lookup tables make every plane cheap, the float pass is the expensive one.
 PASS1_PLANES = None
 #: Queries per kernel call (bounds tables and heaps).
