@@ -28,6 +28,13 @@ Run from the repository root::
 
     python benchmarks/bench_serving.py [--sections contention,startup] [--quick]
 
+On a machine shared with other work, start it at low priority and give it the shared lock:
+builds and recall sweeps then run niced, and each timing part waits for the lock and runs at
+nice 0 while it holds it (the 1M set's IVF builds are kept in ``--workdir`` for later runs)::
+
+    nice -n 19 python benchmarks/bench_serving.py --sections latency --no-1m \
+        --lock /work/notes/bench.lock
+
 Results: ``benchmarks/results/serving.md`` (command, date, machine, load average).
 """
 
@@ -170,13 +177,14 @@ def contention_section(args) -> tuple[list[str], list[str]]:
     phases = [("no load process", 0), (f"{ncores} CPU-bound processes", ncores)]
     for phase, hogs in phases:
         for layer in _layers():
-            before = _loadavg()
-            with cpu_load(hogs):
-                res = _worker(
-                    ["contention"] + (["--quick"] if args.quick else []),
-                    NUMBA_THREADING_LAYER=layer,
-                )
-            after = _loadavg()
+            with timed_hold(f"contention {layer}"):
+                before = _loadavg()
+                with cpu_load(hogs):
+                    res = _worker(
+                        ["contention"] + (["--quick"] if args.quick else []),
+                        NUMBA_THREADING_LAYER=layer,
+                    )
+                after = _loadavg()
             head = f"### {phase}, numba layer `{layer}`"
             if "error" in res:
                 tables.append(f"{head}\n\nnot measured: {res['error']}")
@@ -329,52 +337,9 @@ def startup_cold_worker() -> dict:
     return {"steps": steps, "kernels": top}
 
 
-def startup_section(args) -> tuple[list[str], list[str]]:
-    tables, notes = [], []
-    reps = 3 if args.quick else 7
-    with tempfile.TemporaryDirectory(prefix="bbqlib-serving-") as folder:
-        res = _worker(["startup-build", folder])
-        if "error" in res:
-            return [f"### warm start\n\nnot measured: {res['error']}"], notes
-        rows = []
-        for kind in ("flat", "ivf", "ivf-preload"):
-            for runtime_first in (True, False):
-                label = kind + (", after bbqlib.warmup()" if runtime_first else "")
-                args = ["startup-warm", folder, kind, str(int(runtime_first))]
-                _worker(args)  # the first run fills the kernel cache
-                runs = [_worker(args) for _ in range(reps)]
-                runs = [r for r in runs if "error" not in r]
-                if not runs:
-                    continue
-                med = {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
-                bound = 3 * med["steady"] + 0.050
-                rows.append(
-                    {
-                        "index": label,
-                        "import": med["import"] * 1e3,
-                        "runtime": med["runtime"] * 1e3 if runtime_first else None,
-                        "first": med["first"] * 1e3,
-                        "steady": med["steady"] * 1e3,
-                        "bound": bound * 1e3,
-                        "ok": "yes" if med["first"] <= bound else "no",
-                    }
-                )
-        tables.append(
-            f"### Warm kernel cache, fresh process (debian-minilm-384, one query, median of "
-            f"{reps} processes; load average {_loadavg()})\n\n"
-            + _common.markdown_table(
-                rows,
-                [
-                    ("index", "index"),
-                    ("import", "import bbqlib (ms)", ".0f"),
-                    ("runtime", "bbqlib.warmup() (ms)", ".0f"),
-                    ("first", "open -> first result (ms)", ".1f"),
-                    ("steady", "steady search (ms)", ".3f"),
-                    ("bound", "3x steady + 50 ms", ".1f"),
-                    ("ok", "within"),
-                ],
-            )
-        )
+def _cold_start() -> list[str]:
+    """Empty kernel cache: first add and searches, compile time per kernel."""
+    tables = []
     with tempfile.TemporaryDirectory(prefix="bbqlib-cold-cache-") as cache:
         before = _loadavg()
         res = _worker(["startup-cold"], BBQLIB_CACHE_DIR=cache)
@@ -409,6 +374,62 @@ def startup_section(args) -> tuple[list[str], list[str]]:
                     ],
                 )
             )
+    return tables
+
+
+def _warm_start(folder: str, reps: int) -> str:
+    """Fresh processes on a warm kernel cache: open -> first result against steady."""
+    rows = []
+    for kind in ("flat", "ivf", "ivf-preload"):
+        for runtime_first in (True, False):
+            label = kind + (", after bbqlib.warmup()" if runtime_first else "")
+            args = ["startup-warm", folder, kind, str(int(runtime_first))]
+            _worker(args)  # the first run fills the kernel cache
+            runs = [_worker(args) for _ in range(reps)]
+            runs = [r for r in runs if "error" not in r]
+            if not runs:
+                continue
+            med = {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
+            bound = 3 * med["steady"] + 0.050
+            rows.append(
+                {
+                    "index": label,
+                    "import": med["import"] * 1e3,
+                    "runtime": med["runtime"] * 1e3 if runtime_first else None,
+                    "first": med["first"] * 1e3,
+                    "steady": med["steady"] * 1e3,
+                    "bound": bound * 1e3,
+                    "ok": "yes" if med["first"] <= bound else "no",
+                }
+            )
+    return (
+        f"### Warm kernel cache, fresh process (debian-minilm-384, one query, median of "
+        f"{reps} processes; load average {_loadavg()})\n\n"
+        + _common.markdown_table(
+            rows,
+            [
+                ("index", "index"),
+                ("import", "import bbqlib (ms)", ".0f"),
+                ("runtime", "bbqlib.warmup() (ms)", ".0f"),
+                ("first", "open -> first result (ms)", ".1f"),
+                ("steady", "steady search (ms)", ".3f"),
+                ("bound", "3x steady + 50 ms", ".1f"),
+                ("ok", "within"),
+            ],
+        )
+    )
+
+
+def startup_section(args) -> tuple[list[str], list[str]]:
+    tables, notes = [], []
+    reps = 3 if args.quick else 7
+    with tempfile.TemporaryDirectory(prefix="bbqlib-serving-") as folder:
+        res = _worker(["startup-build", folder])  # outside the lock (--lock)
+        if "error" in res:
+            return [f"### warm start\n\nnot measured: {res['error']}"], notes
+        with timed_hold("startup"):
+            tables.append(_warm_start(folder, reps))
+            tables += _cold_start()
     notes.append(
         "Warm start: each figure is a new Python process; the kernel cache was filled by a "
         "previous process. `open -> first result` is `bbqlib.load` / `IVFIndex.open` plus the "
@@ -422,7 +443,7 @@ def startup_section(args) -> tuple[list[str], list[str]]:
 
 
 # ============================================================================ main
-from serving_latency import latency_section  # noqa: E402
+from serving_latency import latency_section, timed_hold  # noqa: E402
 
 SECTIONS = {
     "contention": contention_section,
@@ -438,7 +459,7 @@ def _merge(path: Path, new: dict[str, str], command: str) -> None:
     parts.update(new)
     body = [
         f"<!-- section: {name} -->\n{parts[name]}<!-- /section -->"
-        for name in list(SECTIONS) + sorted(set(parts) - set(SECTIONS))
+        for name in [*SECTIONS, "latency_1m"] + sorted(set(parts) - {*SECTIONS, "latency_1m"})
         if name in parts
     ]
     _common.write_result(path, TITLE, command, body)
@@ -452,7 +473,17 @@ def main(argv=None) -> int:
     ap.add_argument("--no-debian", action="store_true", help="latency: the 1M set only")
     ap.add_argument("--oversample", type=float, default=3.0, help="latency: IVF rerank depth")
     ap.add_argument("--no-graphs", action="store_true", help="latency: IVF systems only")
+    ap.add_argument("--oversample-1m", type=float, help="latency: the 1M set's rerank depth")
+    ap.add_argument("--no-1m-graphs", action="store_true", help="latency: 1M, IVF systems only")
+    ap.add_argument(
+        "--no-1m-faiss", action="store_true", help="latency: 1M, bbqlib IVF only (no faiss)"
+    )
     ap.add_argument("--workdir", default="/tmp/bbqlib-serving", help="latency: 1M data cache")
+    ap.add_argument(
+        "--lock",
+        help="hold this lock file (flock) at nice 0 for each timing part only; builds and "
+        "recall sweeps run at the starting priority (start the script with nice -n 19)",
+    )
     ap.add_argument("--out", default=str(RESULT))
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -460,6 +491,10 @@ def main(argv=None) -> int:
 
     serving_latency.OVERSAMPLE = args.oversample
     serving_latency.GRAPHS = not args.no_graphs
+    serving_latency.OVERSAMPLE_1M = args.oversample_1m
+    serving_latency.GRAPHS_1M = False if args.no_1m_graphs else None
+    serving_latency.LOCK = args.lock
+    serving_latency.FAISS_1M = not args.no_1m_faiss
     if args.worker:
         kind, *rest = args.worker
         if kind == "contention":
@@ -484,6 +519,8 @@ def main(argv=None) -> int:
         print(f"== {name}", flush=True)
         started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         tables, notes = SECTIONS[name](args)
+        if name == "latency" and args.no_debian:
+            name = "latency_1m"  # its own part of the file: a debian run keeps it
         text = f"## {name}\n\n`{cmd.strip()}`, started {started}\n\n" + "\n\n".join(tables) + "\n"
         if notes:
             text += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"

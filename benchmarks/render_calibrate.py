@@ -9,20 +9,28 @@ MB = 1 << 20
 
 #: Protocol notes printed under the tables.
 NOTES = [
-    "Sessions: the debian-minilm-384 splits (flat and IVF), the smart walk against the grid "
-    "and the sizing table are from session 6, with SAQ in the search space (average budgets "
-    "1, 1.5, 2, 3, 4, 5, 6 bits per dimension, float queries). The wall-time rows, the "
-    "spacy-wordvec-300 splits, the rerank-store recalls and the candidate tables are from "
-    "session 5, whose space had no SAQ.",
+    "Sessions (SAQ in the search space from session 6: average budgets 1, 1.5, 2, 3, 4, 5, "
+    "6 bits per dimension, float queries): session 7 (the date above) made every wall-time "
+    "row and candidate table, the spacy-wordvec-300 splits (flat and IVF, untimed, nice 19), "
+    "the smart walk against the grid (all four timed) and the sizing table; session 6 the "
+    "debian-minilm-384 splits (flat and IVF); session 5, whose space had no SAQ, the "
+    "rerank-store recalls. Rows of earlier sessions are carried over from the committed file "
+    "(render --carry). Code of session 7's runs: bbqlib at 870b0f3 (benchmark script of "
+    "53f4cc9) for everything timed and the spacy-wordvec-300 splits; the 1M splits ran on "
+    "abe6dd6, after main's 4-bit lookup-table scan of SAQ in the IVF was merged (IVF SAQ "
+    "latencies, hence calibration and grid times, may differ on that code; recall and bytes "
+    "do not depend on it).",
     "Target: recall@10 >= 0.95 as the one-sided 95% bootstrap lower bound over the 200 "
     "calibration queries; a split passes when the chosen configuration, built afresh "
     "(report.build(), add(base)) and searched with its defaults, has mean recall@10 >= 0.945 "
     "on the other 800 queries.",
     "Wall time is one plain bbqlib.calibrate(base, queries[:200], ...) call, exact ground "
-    "truth included. CPU s is the process's CPU time over all its threads in that call: this "
-    "shared 2-core machine ran other jobs at the same time (load average in the table), so "
-    "wall times are inflated several-fold; most of calibration is single-thread search, so "
-    "on an idle machine its wall time is near the CPU figure.",
+    "truth included, the first call of its process (kernels loaded from numba's cache). CPU "
+    "s is the process's CPU time over all its threads in that call (above the wall time "
+    "where encodes and ground truth ran on both cores). Other jobs ran at nice 19 beside it "
+    "(load average in the table). Session 5's wall times of the shared sets (load 16-21, "
+    "other timed jobs competing, no SAQ in the space) were 18-42x these; its 1M call, "
+    "280 s, ran with every other job paused.",
     "Splits reuse one bbqlib.calibration.Calibrator per data set and index: encodes, IVF "
     "lists and per-query results of queries seen in an earlier split are kept (each split's "
     "choice is made from its own 200 queries' recalls, the same values a fresh calibration "
@@ -41,17 +49,20 @@ NOTES = [
     "query of a 200-query batch searched in the building process right after the build "
     "(batch, what calibration and sizing time) and one query per call in the serving process "
     "(single, Python overhead included).",
-    "Timed parts (the 1M calibration, the grid part, sizing) ran holding "
-    "/work/notes/bench.lock. Until session 5 /work/notes/bench_guard.py paused every process "
-    "at nice >= 10 while the lock was held; from session 6 (the sizing, grid and SAQ rows) "
-    "nothing is paused: other helpers' jobs ran at nice 19 beside the timed runs (load average "
-    "in each row).",
+    "Timed parts (the wall-time calls, the grid part, sizing) ran holding "
+    "/work/notes/bench.lock (the 1M calibration and sizing also /work/notes/bigmem.lock). "
+    "Until session 5 /work/notes/bench_guard.py paused every process at nice >= 10 while the "
+    "lock was held; from session 6 nothing is paused: other helpers' jobs ran at nice 19 "
+    "beside the timed runs (load average 8-15 in session 7, in each row). A nice-19 job "
+    "takes little CPU from a nice-0 one, so the timed process had most of the two cores.",
     "Grid: search='grid' measures every point of the same space at every oversample and "
     "visit budget (no pruning, no monotonicity assumed), in groups of equal bytes from the "
     "cheapest up, and stops after the first group where some setting meets the target (no "
     "more expensive group can hold the cheapest configuration). Smart walk and grid each run "
     "on a fresh Calibrator (nothing shared) on split 0's 200 queries with the data set's "
-    "exact ground truth, under the benchmark lock (other jobs paused).",
+    "exact ground truth, under the benchmark lock; first, untimed, a grid on 1,000 of the "
+    "vectors loads every kernel, so neither timed search pays for it (without it, in a run "
+    "before, the first search, the walk, took 9-24 s more on spacy-wordvec-300).",
 ]
 
 
@@ -226,3 +237,68 @@ def render_markdown(parts: dict, target: float, slack: float):
             tables.append(f"### Candidates of the wall-time calibration: {key}\n\n"
                           + r["wall_table"])  # fmt: skip
     return tables, []
+
+
+# ----------------------------------------------------------------------------- carry-over
+#: Tables whose rows are one per data set and index: a re-rendered file keeps the committed
+#: rows of the data sets and indexes the new run did not measure (their session is stated in
+#: the notes). Every other table is replaced whole when the new run has it, else kept.
+KEYED = (
+    "### Wall time of one calibration",
+    "### Chosen configuration on fresh queries",
+    "### Smart walk against the exhaustive grid",
+)
+_UNTIMED = " (untimed, nice 19)"
+
+
+def _sections(text: str) -> dict[str, str]:
+    """``{heading line: body}`` of the ``###`` sections before ``## Notes``."""
+    text = text.split("\n## Notes", 1)[0]
+    out: dict[str, str] = {}
+    for chunk in text.split("\n### ")[1:]:
+        head, _, body = chunk.partition("\n")
+        out["### " + head.strip()] = body.strip("\n")
+    return out
+
+
+def _head_key(head: str) -> str:
+    """A heading without its parenthesised tail (the sizing table names its configuration)."""
+    return head.split(" (", 1)[0]
+
+
+def _row_key(line: str) -> str:
+    return line.strip().strip("|").split("|")[0].strip().replace(_UNTIMED, "")
+
+
+def _merge_rows(new_body: str, old_body: str) -> str:
+    new_lines = new_body.strip("\n").splitlines()
+    old_lines = [x for x in old_body.strip("\n").splitlines() if x.startswith("|")]
+    if len(old_lines) < 2 or new_lines[:1] != old_lines[:1]:  # other columns: keep new only
+        return new_body
+    have = {_row_key(x) for x in new_lines[2:]}
+    kept = [x for x in old_lines[2:] if _row_key(x) not in have]
+    return "\n".join(new_lines + kept)
+
+
+def carry_over(tables: list[str], old_text: str) -> list[str]:
+    """``tables`` (this run's sections) merged into the committed file ``old_text``.
+
+    Sections keep the committed file's order; a keyed table (:data:`KEYED`) gets the
+    committed rows whose data set and index this run did not measure; a section this run
+    did not produce is kept as committed; new sections come last.
+    """
+    new = {}
+    for t in tables:
+        head, _, body = t.partition("\n")
+        new[_head_key(head.strip())] = (head.strip(), body.strip("\n"))
+    out = []
+    for head, body in _sections(old_text).items():
+        if _head_key(head) in new:
+            head, nb = new.pop(_head_key(head))
+            if head.startswith(KEYED):
+                nb = _merge_rows(nb, body)
+            out.append(f"{head}\n\n{nb}")
+        else:
+            out.append(f"{head}\n\n{body}")
+    out += [f"{head}\n\n{body}" for head, body in new.values()]
+    return out

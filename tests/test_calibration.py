@@ -309,3 +309,32 @@ def test_calibration_loads_on_first_use():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True", "True"]
+
+
+def test_results_render_keeps_rows_it_did_not_measure():
+    """benchmarks/render_calibrate.py's carry-over: a re-render replaces the rows it measured,
+    keeps the committed rows of other data sets (keyed tables) and the tables it lacks."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "render_calibrate.py"
+    spec = importlib.util.spec_from_file_location("render_calibrate", path)
+    render = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(render)
+    head = "| data / index | chosen |\n|---|---|\n"
+    old = (
+        "# t\n\n### Smart walk against the exhaustive grid (x)\n\n" + head
+        + "| a flat | old |\n| b ivf (untimed, nice 19) | old |\n\n"
+        "### Sizing at 1M (c)\n\n| index | r |\n|---|---|\n| ivf | 1 |\n\n## Notes\n\n- n\n"
+    )  # fmt: skip
+    new = ["### Smart walk against the exhaustive grid (x)\n\n" + head + "| b ivf | new |",
+           "### The 1M calibration's candidates\n\n| n |\n|---|\n| 1 |"]  # fmt: skip
+    out = render.carry_over(new, old)
+    assert out[0].splitlines()[-2:] == ["| b ivf | new |", "| a flat | old |"]
+    assert out[1] == "### Sizing at 1M (c)\n\n| index | r |\n|---|---|\n| ivf | 1 |"
+    assert out[2].startswith("### The 1M calibration's candidates")
+    assert len(out) == 3
+    # a table whose heading names another configuration replaces the committed one in place
+    out = render.carry_over(["### Sizing at 1M (d)\n\n| index | r |\n|---|---|\n| ivf | 2 |"], old)
+    assert out[1] == "### Sizing at 1M (d)\n\n| index | r |\n|---|---|\n| ivf | 2 |"
+    assert len(out) == 2

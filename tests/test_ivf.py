@@ -249,7 +249,7 @@ def test_parent_ranking_equals_dense(is_l2, by_distance):
     if is_l2:
         Qt = Qt * 1.7  # not unit: the bound must use the query norm
     table = S.centroid_table(C, is_l2, parents=parent_level(C, seed=1))
-    assert table.has_parents
+    assert table.has_parents and S.walks_parents(table)
     dense = S.rank_lists(Qt, table, is_l2, 0, dense=True, by_distance=by_distance)
     for want in (1, 10, 64):
         ranked = S.rank_lists(Qt, table, is_l2, want, by_distance=by_distance)

@@ -95,6 +95,25 @@ def test_reranked_scores_are_exact_on_the_decoded_rows(kind, sim, data):
         np.testing.assert_allclose(row_scores, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["float16", "int8"])
+@pytest.mark.parametrize("sim", ["euclidean", "cosine", "dot_product", "max_inner_product"])
+def test_single_query_rerank_of_stored_rows_equals_the_batch(kind, sim, data):
+    """One query per call reads float16 / int8 rows in the exact kernel as the batch does:
+    the same rows and the same scores, bit for bit."""
+    X, Q = data
+    if sim == "dot_product":
+        X = X / np.linalg.norm(X, axis=1, keepdims=True)
+        Q = Q / np.linalg.norm(Q, axis=1, keepdims=True)
+    index = IVFIndex(bits=1, similarity=sim, cluster_size=64, store_vectors=kind, seed=3)
+    index.add(X)
+    for score_kind in ("similarity", "raw"):
+        scores, ids = index.search(Q, 10, visit_percentage=40.0, scores=score_kind)
+        for i, q in enumerate(Q):
+            one_scores, one_ids = index.search(q, 10, visit_percentage=40.0, scores=score_kind)
+            np.testing.assert_array_equal(one_ids[0], ids[i])
+            np.testing.assert_array_equal(one_scores[0], scores[i])
+
+
 def test_cheaper_vectors_make_smaller_directories(data, tmp_path):
     X, _ = data
     n, d = X.shape

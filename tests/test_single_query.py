@@ -18,6 +18,7 @@ from reference.single import (
     flat_one_reference,
     ivf_one_reference,
     plan_one_reference,
+    plan_two_reference,
     prepare_reference,
 )
 
@@ -25,6 +26,8 @@ import bbqlib
 from bbqlib._kernels import single as KO
 from bbqlib._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE, row_sq_norms
 from bbqlib.encoding import padded_dim
+from bbqlib.index.clustering.parents import ParentLevel
+from bbqlib.index.ivf import plan as P
 from bbqlib.index.ivf import single as single_ivf
 from bbqlib.index.single import lut_osq
 from bbqlib.packing import unpack_planes
@@ -259,16 +262,107 @@ def test_single_queries_from_two_threads(make_vectors):
         _same(got[i], (batch[0][i], batch[1][i]))
 
 
-def test_ivf_with_parent_centroids(make_vectors):
-    """More than 256 lists: parent centroids, planned by ``plan_batch`` (the batch planner)."""
-    X = make_vectors(20_000, 8, kind="clustered", seed=13)
-    index = bbqlib.IVFIndex(bits=1, similarity="euclidean", cluster_size=64)
+def _parent_table(rng, K, d, is_l2, *, ties=False, per_parent=12):
+    """A centroid table with parents over random groups of the ``K`` lists (some parents of
+    one child; with ``ties`` duplicated centroids and parents: exact key ties)."""
+    C = rng.normal(size=(K, d)).astype(np.float32) * rng.uniform(0.5, 2.0, size=(K, 1))
+    if ties:
+        C[1::3] = C[0::3][: C[1::3].shape[0]]  # every list beside a twin
+    cuts = np.sort(rng.choice(np.arange(1, K), size=K // per_parent, replace=False))
+    cuts[:3] = [1, 2, 3]  # three parents of one child
+    offsets = np.concatenate([[0], np.unique(cuts), [K]]).astype(np.int64)
+    order = rng.permutation(K).astype(np.int32)
+    for p in range(offsets.size - 1):  # ascending ids within a parent, as parent_level's
+        order[offsets[p] : offsets[p + 1]].sort()
+    owner = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+    parents = np.zeros((offsets.size - 1, d), np.float32)
+    np.add.at(parents, owner, C[order])
+    parents /= np.diff(offsets)[:, None]
+    if ties:
+        parents[1] = parents[2]
+    return P.centroid_table(C, is_l2, parents=ParentLevel(parents, order, offsets))
+
+
+@pytest.mark.parametrize("similarity", ["euclidean", "cosine", "max_inner_product"])
+@pytest.mark.parametrize("ties, per_parent", [(False, 12), (True, 12), (False, 4)])
+def test_ivf_plan_two_matches_reference_and_batch_plan(similarity, ties, per_parent, rng):
+    """The compiled two-level plan against its NumPy reference and ``plan_batch`` (random
+    and adversarial tables: twins, parents of one child, empty lists, queries on a centroid
+    or far away, budgets below one list, beyond the ranked lists, beyond everything; with
+    4 lists per parent every list is ranked, ``walks_parents``)."""
+    is_l2 = similarity == "euclidean"
+    by_distance = similarity != "max_inner_product"
+    K, d = 300, 12
+    table = _parent_table(rng, K, d, is_l2, ties=ties, per_parent=per_parent)
+    assert P.walks_parents(table) == (per_parent >= P.WALK_MIN_CHILDREN)
+    sizes = rng.integers(0, 40, size=K).astype(np.int64)
+    sizes[::7] = 0  # empty lists
+    C = table.codes.astype(np.float32)  # any rows; queries near / on / far from centroids
+    Q = np.concatenate([
+        rng.normal(size=(6, d)),
+        (table.parent_codes[:2].astype(np.float32) - 64.0) / 20.0,
+        np.full((1, d), 40.0),  # far from everything
+        C[:1] * 0.0 + 1e-3,
+    ]).astype(np.float32)  # fmt: skip
+    if similarity == "cosine":
+        Q /= np.linalg.norm(Q, axis=1, keepdims=True)
+    plan = (table.g, table.gg, table.codes, table.factors, table.cc, sizes, 7, 5, 0.1, is_l2,
+            by_distance or is_l2)  # fmt: skip
+    parents = single_ivf._parents(table, d)
+    for ratio in (0.0005, 0.01, 0.1, 0.9, 5.0):
+        need = max(ratio * sizes.sum(), 1.0)
+        n_par = table.parent_codes.shape[0] if P.walks_parents(table) else 0
+        want = P.lists_wanted(need, float(sizes.mean()), ratio, K, n_par)
+        batch = P.plan_batch(Q, table, sizes, is_l2, by_distance, ratio, need, 4)
+        for i in range(Q.shape[0]):
+            q2 = Q[i : i + 1]
+            lists = KO.ivf_plan_two(q2, *plan, need, *parents, want)
+            if n_par:
+                ref = plan_two_reference(Q[i], table, sizes, is_l2, by_distance, need, want)
+            else:
+                ref = plan_one_reference(Q[i], *plan[:6], is_l2, by_distance, need)
+            assert lists.tolist() == ref, (ratio, i)
+            mine = batch[0][batch[2][i] : batch[2][i + 1]]
+            np.testing.assert_array_equal(lists, mine)
+            for few in (1, 5, 40):  # small heaps; the budget beyond them: every list ranked
+                if not n_par:
+                    break
+                lists = KO.ivf_plan_two(q2, *plan, need, *parents, few)
+                ref = plan_two_reference(Q[i], table, sizes, is_l2, by_distance, need, few)
+                assert lists.tolist() == ref, (ratio, i, few)
+        # without parents: the one-level plan
+        flat = KO.ivf_plan_two(Q[:1], *plan, need, *single_ivf._parents(P.centroid_table(
+            table.codes.astype(np.float32), is_l2), d), want)  # fmt: skip
+        assert flat.size >= 1
+
+
+@pytest.mark.parametrize("similarity", ["euclidean", "cosine", "max_inner_product"])
+def test_ivf_with_parent_centroids(similarity, make_vectors, monkeypatch):
+    """More than 256 lists: parent centroids, planned in the one compiled call, results
+    equal to the batch path's (whose plan is ``plan_batch``)."""
+    kind = {"max_inner_product": "wide", "cosine": "clustered"}.get(similarity, "clustered")
+    X = make_vectors(17_000, 8, kind=kind, seed=13)
+    index = bbqlib.IVFIndex(bits=1, similarity=similarity, cluster_size=64)
     index.add(X)
     assert index._table.has_parents
-    Q = X[:20] + 0.01
-    batch = index.search(Q, 10)
-    for i in range(len(Q)):
-        _same(index.search(Q[i], 10), (batch[0][i], batch[1][i]))
+    Q = np.concatenate([X[:12] + 0.01, make_vectors(6, 8, seed=14)])
+    calls = []
+    fused = KO.ivf_search_fused
+
+    def spy(*args):
+        out = fused(*args)
+        calls.append(out[0])
+        return out
+
+    monkeypatch.setattr(KO, "ivf_search_fused", spy)
+    for kwargs in [{}, {"visit_percentage": 0.1}, {"visit_percentage": 2, "rerank": False}]:
+        batch = index.search(Q, 10, **kwargs)
+        for i in range(len(Q)):
+            _same(index.search(Q[i], 10, **kwargs), (batch[0][i], batch[1][i]))
+            stats = index.last_search_stats
+            index.search(Q[i : i + 1].astype(np.float64), 10, **kwargs)  # the batch path
+            assert index.last_search_stats == stats
+    assert calls == [0] * (3 * len(Q))
 
 
 def _fused_args(index, x, need, depth, lists_ok=None, rows_ok=None, block_rows=2**62):
@@ -281,9 +375,10 @@ def _fused_args(index, x, need, depth, lists_ok=None, rows_ok=None, block_rows=2
     rows_ok = np.ones(1, dtype=bool) if rows_ok is None else rows_ok
     return qp, (
         x, cosine, sim is Similarity.DOT_PRODUCT, MAX_SQ_NORM, UNIT_NORM_TOLERANCE, qp,
-        *state["plan"], float(need), state["C"], q.encoding_.query_bits, q.lam,
-        state["is_l2"], state["width"], *state["docs"], 2 * depth, depth, lists_ok,
-        state["vectors"], True, 10, -np.inf, rows_ok, np.int64(block_rows),
+        *state["plan"], float(need), *state["parents"], 2**62, state["C"],
+        q.encoding_.query_bits, q.lam, state["is_l2"], state["width"], *state["docs"],
+        2 * depth, depth, lists_ok, state["vectors"], True, 10, -np.inf, rows_ok,
+        np.int64(block_rows),
     )  # fmt: skip
 
 

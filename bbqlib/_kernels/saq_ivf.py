@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .lut import LANES
 from .policy import parallel_kernel, prange
 from .saq import _raw, _segment_dot
-from .scoring import _offer
+from .saq_fastscan import _block_keys, _gather, _rescore, block_dots
+from .scoring import _offer, _offer_entries
 
-__all__ = ["entry_totals", "ivf_scan_saq"]
+__all__ = ["entry_totals", "ivf_scan_saq", "ivf_fastscan_saq"]
 
 
 @parallel_kernel
@@ -94,3 +96,109 @@ def ivf_scan_saq(
                 key = -raw if is_l2 else raw
                 if key >= keys[0]:
                     _offer(keys, heap_ids, key, np.int64(idx))
+
+
+@parallel_kernel
+def ivf_fastscan_saq(
+    tables,
+    qlo,
+    qstep,
+    qw,
+    qconst,
+    qerr,
+    fq,
+    fconst,
+    pair_add,
+    pair_list,
+    pair_start,
+    list_start,
+    block_starts,
+    blocks,
+    codes,
+    factors,
+    cols,
+    ksum,
+    gnorm,
+    gmax,
+    ids,
+    start,
+    dims,
+    bits,
+    msb_off,
+    low_off,
+    is_l2,
+    refine,
+    allowed,
+    out_keys,
+    out_ids,
+    rescored,
+):
+    """:func:`ivf_scan_saq` with 4-bit queries: the lookup-table scan of
+    :mod:`bbqlib._kernels.saq_fastscan` over each visited list's blocks of 32 entries.
+
+    ``tables`` uint8 [nq, 2 · coded/8 · 32] and ``qlo``, ``qstep``, ``qw``, ``qconst`` [nq, S]:
+    one query's 4-bit nibble tables and constants (of ``q`` in SAQ's frame: the centre term
+    is folded into ``factors[:, 0]``, so they serve every list; every plane is read); each
+    pair adds its ``pair_add``. ``refine`` False: the heaps rank by the 4-bit estimates.
+    True: two passes, as :func:`bbqlib._kernels.saq_fastscan.fastscan_scan` (``qerr`` [nq, S]:
+    ``z ‖e_s‖ / sqrt(d_s)``; ``fq`` / ``fconst`` the float query rows, float32 [nq,
+    coded dims], and constants): an entry
+    whose 4-bit key widened by its rounding half-width reaches the heap's bar of
+    pessimistic keys is re-scored with the float tables at the end; ``rescored[q]`` counts
+    them. ``block_starts`` / ``blocks``: :func:`bbqlib.packing.lut_list_blocks` of the codes;
+    ``cols``, ``ksum``, ``gnorm`` [., E] and ``gmax`` [S] as in ``fastscan_scan`` (all bits).
+    Heaps, ids, mask and SOAR duplicates as :func:`ivf_scan_saq`.
+    """
+    nq = pair_start.shape[0] - 1
+    S_ = start.shape[0]
+    H = out_keys.shape[1]
+    scale2 = 2.0 if is_l2 else 1.0
+    zero = np.zeros(S_)  # no truncated planes
+    for q in prange(nq):
+        dots = np.empty((S_, LANES), dtype=np.int32)
+        tmp = np.empty(LANES, dtype=np.int32)
+        bkeys = np.empty(LANES, dtype=np.float64)
+        keys = out_keys[q]
+        heap_ids = out_ids[q]
+        pess = np.full(H, -np.inf)
+        pess_ids = np.full(H, np.iinfo(np.int64).max, dtype=np.int64)
+        cand = np.empty(1024, dtype=np.int64)
+        cand_key = np.empty(1024, dtype=np.float64)
+        cand_add = np.empty(1024, dtype=np.float64)
+        FT = np.empty((fq.shape[1] // 8 if refine else 0, 256), dtype=np.float32)
+        cm = 0
+        T = tables[q]
+        hmax = 0.0
+        for s in range(S_):
+            x = gmax[s] * qerr[q, s]
+            hmax += x * x
+        hmax = scale2 * np.sqrt(hmax)
+        for p in range(pair_start[q], pair_start[q + 1]):
+            lst = pair_list[p]
+            qa = pair_add[p]
+            e0 = list_start[lst]
+            size = list_start[lst + 1] - e0
+            b0 = block_starts[lst]
+            for t in range((size + LANES - 1) // LANES):
+                r0 = e0 + t * LANES
+                m = min(LANES, size - t * LANES)
+                block_dots(blocks[b0 + t], T, start, dims, bits, msb_off, low_off, dots, tmp)
+                _block_keys(dots, r0, m, cols, ksum, qlo[q], qstep[q], qw[q], qconst[q], qa,
+                            is_l2, bkeys)  # fmt: skip
+                if not refine:
+                    _offer_entries(keys, heap_ids, bkeys, m, r0, ids, allowed)
+                    continue
+                top = bkeys[0]
+                for j in range(1, m):
+                    top = max(top, bkeys[j])
+                if top + hmax < pess[0]:  # no entry of the block can reach the bar
+                    continue
+                cand, cand_key, cand_add, cm = _gather(
+                    bkeys, m, r0, hmax, cols, gnorm, qerr[q], zero, scale2, ids, allowed, pess,
+                    pess_ids, cand, cand_key, cand_add, cm, qa,
+                )  # fmt: skip
+        if refine:
+            rescored[q] = _rescore(
+                cand, cand_key, cand_add, cm, pess[0], codes, factors, fq[q], FT, fconst[q],
+                ids, 0, start, dims, bits, msb_off, low_off, is_l2, keys, heap_ids,
+            )  # fmt: skip

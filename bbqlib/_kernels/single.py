@@ -14,6 +14,9 @@ results are bit for bit the batch path's:
   codes (no plane packing), the lookup-table scan of every doc, the heap sorted best first;
 * :func:`ivf_plan_one`: the 7-bit ranking of every list and the visit budget (indexes
   without parent centroids);
+* :func:`ivf_plan_two`: with parent centroids, the best-first walk over parents to the best
+  ``want`` lists and the visit budget (``plan_batch`` of one query), else
+  :func:`ivf_plan_one`;
 * :func:`ivf_lut_one`: the query coded against each visited list's centre, the list scan,
   the SOAR de-duplication;
 * :func:`rerank_dots` / :func:`rerank_sqdists`: the exact kernel's serial body
@@ -40,12 +43,13 @@ from .lut import LANES, _scan_lut_range, build_tables, ivf_scan_lut
 from .osq import _quantize_range
 from .policy import kernel
 from .rerank import _dots_range, _sqdists_range
-from .scoring import _offer
+from .scoring import _block_keys, _offer, byte_dot
 
 __all__ = [
     "prepare_one",
     "flat_lut_one",
     "ivf_plan_one",
+    "ivf_plan_two",
     "ivf_lut_one",
     "best_k",
     "rerank_dots",
@@ -211,6 +215,77 @@ def ivf_plan_one(q2, g, gg, codes, factors, cc, sizes, bits, iters, lam, is_l2, 
 
 
 @kernel
+def ivf_plan_two(
+    q2, g, gg, codes, factors, cc, sizes, bits, iters, lam, is_l2, by_distance, need,
+    pcodes, pfactors, pcc, pradius, child_order, child_offsets, want,
+):  # fmt: skip
+    """Lists one query visits when the lists have parent centroids (int32 [P]), the lists
+    ``bbqlib.index.ivf.plan.plan_batch`` picks for it.
+
+    Parents (7-bit codes ``pcodes`` / ``pfactors``, ``||p||²`` ``pcc``, radius ``pradius``)
+    are ranked by ``rank_lists``' bound on their children's key (stable: lower parent among
+    ties); their children (``child_order[child_offsets[p]:child_offsets[p + 1]]``) are
+    scored best parent first into a heap of the ``want`` best lists, until the next bound
+    cannot beat the heap's worst (``rank_children``); the lists then go best first (lower
+    list among ties) until their entries reach ``need``. Where they do not, or without
+    parents (``pcodes`` empty) or with ``want >= K``, every list is ranked
+    (:func:`ivf_plan_one`).
+    """
+    K = codes.shape[0]
+    n_par = pcodes.shape[0]
+    if n_par == 0 or want >= K:
+        return ivf_plan_one(
+            q2, g, gg, codes, factors, cc, sizes, bits, iters, lam, is_l2, by_distance, need
+        )
+    d = q2.shape[1]
+    qb = np.zeros((1, d), dtype=np.uint8)
+    qf = np.empty((1, 4), dtype=np.float64)
+    _osq_row(q2, g, bits, iters, lam, is_l2, qb, qf[0])
+    praw = np.empty((1, n_par), dtype=np.float64)
+    _estimate_bytes(qb, qf, pcodes, pfactors, d, gg, is_l2, praw)
+    qq = lane_dots(q2[0], (q2[0],))[0]  # ``row_sq_norms``' arithmetic, as the batch plan's
+    bound = np.empty(n_par, dtype=np.float64)
+    for p in range(n_par):
+        pkey = -praw[0, p] if is_l2 else praw[0, p]
+        if by_distance:  # ||q - c|| >= ||q - p|| - r_p
+            d2 = -pkey if is_l2 else qq + pcc[p] - 2.0 * pkey
+            gap = max(np.sqrt(max(d2, 0.0)) - pradius[p], 0.0)
+            bound[p] = -(gap * gap) if is_l2 else qq - gap * gap
+        else:  # <q, c> <= <q, p> + ||q|| r_p
+            bound[p] = pkey + np.sqrt(qq) * pradius[p]
+    porder = np.argsort(-bound, kind="mergesort")  # stable, as the batch plan's argsort
+    keys = np.full(want, -np.inf)
+    ids = np.full(want, EMPTY_ID, dtype=np.int64)
+    dots = np.empty(1, dtype=np.int64)
+    key = np.empty(1, dtype=np.float64)
+    to_distance = by_distance and not is_l2
+    for r in range(n_par):
+        p = porder[r]
+        if keys[0] > -np.inf and bound[p] < keys[0]:
+            break
+        for t in range(child_offsets[p], child_offsets[p + 1]):
+            c = child_order[t]
+            dots[0] = byte_dot(qb[0], codes[c])
+            _block_keys(dots, 1, c, factors, qf[0], d, gg, is_l2, key)
+            value = key[0]
+            if to_distance:
+                value = 2.0 * value - cc[c]
+            _offer(keys, ids, value, np.int64(c))
+    found = _sort_heap(keys, ids)
+    total = 0
+    count = 0
+    while count < found:
+        total += sizes[ids[count]]
+        count += 1
+        if total >= need:
+            return ids[:count].astype(np.int32)
+    # the candidates ran out before the budget: every list ranked (``plan_batch``'s redo)
+    return ivf_plan_one(
+        q2, g, gg, codes, factors, cc, sizes, bits, iters, lam, is_l2, by_distance, need
+    )
+
+
+@kernel
 def ivf_lut_one(
     q2, centroids, lists, bits, lam, euclidean, width, list_start, list_block_start, blocks,
     df, ids, list_cc, planes, pairs, dim, allowed, heap, depth,
@@ -303,14 +378,16 @@ _EMPTY_LISTS = np.empty(0, dtype=np.int32)
 def ivf_search_fused(
     x, cosine, unit_only, max_sq, unit_tol, qp,
     g, gg, codes, factors, cc, sizes, plan_bits, iters, plan_lam, plan_l2, by_distance, need,
+    pcodes, pfactors, pcc, pradius, child_order, child_offsets, want,
     centroids, bits, lam, is_l2, width, list_start, list_block_start, blocks, df, ids,
     list_cc, planes, pairs, dim, allowed, heap, depth, lists_ok,
     vectors, rerank, k, pad, rows_ok, block_rows,
 ):  # fmt: skip
     """One IVF query, every step in one call (one release of the GIL per query, which is
     what lets Python threads issuing single queries scale): :func:`prepare_one` into
-    ``qp``, :func:`ivf_plan_one`, :func:`ivf_lut_one`, and with ``rerank`` the exact
-    :func:`rerank_sqdists` (``is_l2``) or :func:`rerank_dots`.
+    ``qp``, :func:`ivf_plan_two` (:func:`ivf_plan_one` without parents),
+    :func:`ivf_lut_one`, and with ``rerank`` the exact :func:`rerank_sqdists` (``is_l2``)
+    or :func:`rerank_dots`.
 
     Returns ``(status, lists, keys, rows, entries, raw, out_rows)``. ``status`` 0: done
     (``raw``/``out_rows`` [1, k] when reranked); 1: the query breaks a rule (not finite,
@@ -327,9 +404,9 @@ def ivf_search_fused(
     if not sq <= max_sq or (cosine and sq == 0.0) or (unit_only and abs(sq - 1.0) > unit_tol):
         return 1, _EMPTY_LISTS, none_f, none_i, 0, none_raw, none_rows
     q2 = qp.reshape((1, qp.shape[0]))
-    lists = ivf_plan_one(
+    lists = ivf_plan_two(
         q2, g, gg, codes, factors, cc, sizes, plan_bits, iters, plan_lam, plan_l2, by_distance,
-        need,
+        need, pcodes, pfactors, pcc, pradius, child_order, child_offsets, want,
     )  # fmt: skip
     for p in range(lists.shape[0]):
         if not lists_ok[lists[p]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["code_lengths", "segment_sigma"]
+__all__ = ["code_lengths", "code_lengths_of", "level_sums", "level_sums_of", "segment_sigma"]
 
 _ROWS = 65536
 
@@ -12,14 +12,18 @@ _ROWS = 65536
 def code_lengths(quantizer, enc) -> np.ndarray:
     """``sqrt(Σ u²)`` [n, S] of every segment's code (``u = 2k + 1 - 2^B``), cached on ``enc``."""
     key = ("saq_code_lengths", quantizer.fingerprint_)
-    if key in enc._cache:
-        return enc._cache[key]
-    plan = quantizer.plan_
+    if key not in enc._cache:
+        enc._cache[key] = code_lengths_of(quantizer.plan_, enc.codes)
+    return enc._cache[key]
+
+
+def code_lengths_of(plan, codes) -> np.ndarray:
+    """:func:`code_lengths` of code rows ``codes`` [n, code_bytes] under ``plan``."""
     a = plan.arrays()
-    n = len(enc)
+    n = len(codes)
     out = np.empty((n, len(plan.segments)))
     for r0 in range(0, n, _ROWS):
-        rows = np.unpackbits(np.asarray(enc.codes[r0 : r0 + _ROWS]), axis=1)
+        rows = np.unpackbits(np.asarray(codes[r0 : r0 + _ROWS]), axis=1)
         for s, seg in enumerate(plan.segments):
             msb = 8 * int(a["msb_off"][s])
             k = rows[:, msb : msb + seg.dims].astype(np.int64) << (seg.bits - 1)
@@ -28,7 +32,6 @@ def code_lengths(quantizer, enc) -> np.ndarray:
                 k += rows[:, low + i * seg.dims : low + (i + 1) * seg.dims].astype(np.int64) << t
             u = 2 * k + 1 - 2**seg.bits
             out[r0 : r0 + len(rows), s] = np.sqrt((u * u).sum(axis=1))
-    enc._cache[key] = out
     return out
 
 
@@ -67,13 +70,17 @@ def segment_sigma(quantizer, Q: np.ndarray, enc) -> np.ndarray:
 def level_sums(quantizer, enc, keep=None) -> np.ndarray:
     """``Σ (k_s >> r_s)`` float32 [n, S]: the sum of every segment's levels cut to their top
     ``keep[s]`` bits (``r_s = B_s - keep[s]``; all bits by default), from the codes."""
-    plan = quantizer.plan_
+    return level_sums_of(quantizer.plan_, enc.codes, keep)
+
+
+def level_sums_of(plan, codes, keep=None) -> np.ndarray:
+    """:func:`level_sums` of code rows ``codes`` [n, code_bytes] under ``plan``."""
     a = plan.arrays()
     keep = a["bits"] if keep is None else np.asarray(keep)
-    n = len(enc)
+    n = len(codes)
     out = np.empty((n, len(plan.segments)), dtype=np.float32)
     for r0 in range(0, n, _ROWS):
-        rows = np.unpackbits(np.asarray(enc.codes[r0 : r0 + _ROWS]), axis=1)
+        rows = np.unpackbits(np.asarray(codes[r0 : r0 + _ROWS]), axis=1)
         for s, seg in enumerate(plan.segments):
             kept = int(keep[s])
             msb = 8 * int(a["msb_off"][s])

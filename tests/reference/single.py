@@ -6,6 +6,9 @@
   every doc's unpacked codes, keys by the correction algebra, top ``k``;
 * :func:`plan_one_reference` - 7-bit OSQ of the query against ``g``, every centroid's key,
   rank order (lower list among ties), lists until the entry budget is met;
+* :func:`plan_two_reference` - with parent centroids: parents ordered by the bound on their
+  children's key, children scored parent by parent until no bound beats the ``want``-th
+  best, the ``want`` best lists, the budget (every list ranked when they fall short);
 * :func:`ivf_one_reference` - the query coded against each visited list's centre (one
   optimizer step), every entry scored, best key per id, top ``k``.
 """
@@ -23,6 +26,7 @@ __all__ = [
     "query_factors",
     "flat_one_reference",
     "plan_one_reference",
+    "plan_two_reference",
     "ivf_one_reference",
 ]
 
@@ -91,6 +95,47 @@ def plan_one_reference(q, g, gg, c_codes, cf, cc, sizes, is_l2, by_distance, nee
         keys = 2.0 * keys - cc
     ranked = np.lexsort((np.arange(keys.size), -keys))
     return plan_reference(ranked[None, :], sizes, need)[0]
+
+
+def plan_two_reference(q, table, sizes, is_l2, by_distance, need, want):
+    """Lists visited by one query with parents (``table``: a ``CentroidTable``)."""
+    by_distance = by_distance or is_l2
+    K = table.codes.shape[0]
+    args = (q, table.g, table.gg, table.codes, table.factors, table.cc, sizes, is_l2)
+    if want >= K:
+        return plan_one_reference(*args, by_distance, need)
+    codes, qf = query_factors(q, table.g, 7, is_l2, 5, 0.1)
+    dim = len(q)
+    ckeys = centroid_keys_reference(
+        codes[None, :], qf[None, :], table.codes, table.factors, dim, table.gg, is_l2
+    )[0]
+    if by_distance and not is_l2:
+        ckeys = 2.0 * ckeys - table.cc
+    pkeys = centroid_keys_reference(
+        codes[None, :], qf[None, :], table.parent_codes, table.parent_factors, dim, table.gg,
+        is_l2,
+    )[0]  # fmt: skip
+    q64 = np.asarray(q, dtype=np.float64)
+    qq = float(q64 @ q64)
+    r = table.parent_radius
+    if by_distance:
+        d2 = -pkeys if is_l2 else qq + table.parent_cc - 2.0 * pkeys
+        gap = np.maximum(np.sqrt(np.maximum(d2, 0.0)) - r, 0.0)
+        bound = -(gap * gap) if is_l2 else qq - gap * gap
+    else:
+        bound = pkeys + np.sqrt(qq) * r
+    scored: list[tuple[float, int]] = []
+    for p in np.argsort(-bound, kind="stable"):
+        if len(scored) >= want:
+            worst = sorted(scored, key=lambda t: (-t[0], t[1]))[want - 1][0]
+            if worst > -np.inf and bound[p] < worst:
+                break
+        for c in table.child_order[table.child_offsets[p] : table.child_offsets[p + 1]]:
+            scored.append((float(ckeys[c]), int(c)))
+    ranked = [c for _, c in sorted(scored, key=lambda t: (-t[0], t[1]))[:want]]
+    if sizes[ranked].sum() < need:
+        return plan_one_reference(*args, by_distance, need)
+    return plan_reference(np.array([ranked]), sizes, need)[0]
 
 
 def ivf_one_reference(

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..._kernels import ivf as KI
 from ..._kernels import scoring as KS
+from ..._validation import row_sq_norms
 from ...quantizers.osq import DEFAULT_ITERS, quantize_rows
 
 __all__ = [
@@ -29,6 +30,8 @@ __all__ = [
     "centroid_table",
     "rank_lists",
     "plan_visits",
+    "walks_parents",
+    "lists_wanted",
     "dynamic_visit_ratio",
     "check_visit_percentage",
 ]
@@ -38,6 +41,12 @@ CENTROID_BITS = 7
 #: Parents exist above this many lists (16 centroids per parent, squared; spec §6.4).
 PARENT_THRESHOLD = 256
 CENTROIDS_PER_PARENT = 16
+#: Parents are walked only with at least this many lists per parent on average. The walk
+#: scores every parent and then the children of the parents it expands: it pays only when
+#: it skips more lists than there are parents. Measured at 1M x 384 (3,881 lists under 785
+#: parents, 4.9 each): it expanded 78% of the parents and scored 92% of the lists, 136 us a
+#: query against 72 us for ranking every list.
+WALK_MIN_CHILDREN = 8
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,13 @@ class CentroidTable:
     @property
     def has_parents(self) -> bool:
         return self.parent_codes is not None
+
+
+def walks_parents(table: CentroidTable) -> bool:
+    """Whether plans rank lists by the walk over parents (else every list is ranked)."""
+    if not table.has_parents:
+        return False
+    return table.codes.shape[0] >= WALK_MIN_CHILDREN * table.parent_codes.shape[0]
 
 
 def _osq_factors(res, bits: int, dtype) -> np.ndarray:
@@ -137,8 +153,9 @@ def rank_lists(
     an inner-product similarity the distance is ``||q||² + ||c||² - 2<q, c>`` from the 7-bit
     inner-product estimate and the exact ``||c||²``.
 
-    Without parents (or with ``dense``) every list is ranked. With parents (spec §6.7 step
-    3) the best ``want`` lists come from a best-first walk over parents ranked by a bound on
+    Without parents (or with ``dense``, or fewer than ``WALK_MIN_CHILDREN`` lists per
+    parent: :func:`walks_parents`) every list is ranked. With parents (spec §6.7 step 3)
+    the best ``want`` lists come from a best-first walk over parents ranked by a bound on
     their children's distance, ``max(0, ||q - p|| - r_p)`` (``<q, p> + ||q|| r_p`` for inner
     products; ``r_p`` the parent's radius), stopping when no further parent can place a
     child among the ``want`` best: the same lists as the dense ranking, for a fraction of
@@ -147,8 +164,8 @@ def rank_lists(
     by_distance = by_distance or is_l2  # euclidean keys are distances already
     qb, qf = _query_codes_g(Qt, table, is_l2)
     K = table.codes.shape[0]
-    qq = _sqnorms(Qt)[:, None]
-    if dense or not table.has_parents or want >= K:
+    qq = row_sq_norms(Qt)[:, None]  # the single-query plan's arithmetic (lane sums)
+    if dense or not walks_parents(table) or want >= K:
         keys = _dense_keys(qb, qf, table.codes, table.factors, table.gg, is_l2)
         if by_distance and not is_l2:
             keys = 2.0 * keys - table.cc[None, :]  # -||q - c||² + ||q||²
@@ -249,6 +266,20 @@ def plan_visits(
     return pair_list, pair_query, pair_start, satisfied
 
 
+def lists_wanted(need: float, mean_size: float, ratio: float, K: int, n_parents: int) -> int:
+    """Lists an unfiltered plan ranks before the budget (``mean_size``: mean list size).
+
+    ``2 · lists_needed + 8`` (at least 32); with ``n_parents`` parent centroids at least
+    Elasticsearch's candidate buffer, visit ratio x (K / 2P) x K children ("centroid
+    oversampling" of about centroids-per-parent / 2).
+    """
+    lists_needed = math.ceil(need / max(1.0, mean_size))
+    want = max(2 * lists_needed + 8, 32)
+    if n_parents:
+        want = max(want, math.ceil(ratio * K / (2 * n_parents) * K))
+    return want
+
+
 def plan_batch(
     Qt: np.ndarray,
     table: CentroidTable,
@@ -276,13 +307,8 @@ def plan_batch(
         need_allowed = max(heap, need * allowed_sizes.sum() / max(1, sizes.sum()))
         plan = plan_visits(rank(Qt, 0, dense=True), sizes, need, allowed_sizes, need_allowed)
         return plan[:3]
-    lists_needed = math.ceil(need / max(1.0, sizes.mean()))
-    want = max(2 * lists_needed + 8, 32)
-    if table.has_parents:
-        # ES's candidate buffer: visit ratio x (K / 2P) x K children ("centroid
-        # oversampling" of about centroids-per-parent / 2).
-        n_parents = table.parent_codes.shape[0]
-        want = max(want, math.ceil(ratio * K / (2 * n_parents) * K))
+    n_parents = table.parent_codes.shape[0] if walks_parents(table) else 0
+    want = lists_wanted(need, float(sizes.mean()), ratio, K, n_parents)
     ranked = rank(Qt, want)
     plan = plan_visits(ranked, sizes, need)
     if not plan[3].all() and ranked.shape[1] < K:

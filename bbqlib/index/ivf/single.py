@@ -6,23 +6,26 @@ are one segment; otherwise it returns None and the batch path runs. The results 
 ``last_search_stats`` are the batch path's. Float16 and int8 rows (``store_vectors``) are
 decoded for the candidates only, after the scan, as the batch path's rerank decodes them.
 
-An index without a transform and without parent centroids answers in one call
+An index without a transform answers in one call
 (:func:`bbqlib._kernels.single.ivf_search_fused`), which releases the GIL once per query;
-the others (float16 / int8 rows included), and a query whose lists or rows have unchecked
-CRC32s (an index opened from files, until each block has been read once), take the steps
-one call at a time.
+with parent centroids (more than 256 lists) its plan is the compiled two-level walk
+(:func:`bbqlib._kernels.single.ivf_plan_two`, the lists ``plan_batch`` picks). The others
+(a transform, float16 / int8 rows) take the steps one call at a time; a query whose lists
+or rows have unchecked CRC32s (an index opened from files, until each block has been read
+once) stops, has them checked, and is repeated.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..._kernels import rerank as KR
 from ..._kernels import single as KO
 from ..._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE
 from ...encoding import padded_dim
 from ...quantizers.osq import DEFAULT_ITERS, DEFAULT_LAMBDA
 from ...scoring import SCORE_KINDS, candidate_count, check_oversample
-from ...scoring.stored import stored_rows
+from ...scoring.stored import stored_exact_values
 from ...similarity import Similarity
 from ..single import finish_scores, float_rows, lut_osq, one_query, prepared_query, rerank_finish
 from . import files as F
@@ -34,6 +37,25 @@ _EMPTY_MASK = np.empty(0, np.uint8)
 # The rows' block mask of float vectors without block CRC32s: one block beyond any row.
 _ALL_ROWS_OK = np.ones(1, dtype=bool)
 _ONE_BLOCK = np.int64(2**62)
+
+
+def _parents(table, dim: int) -> tuple:
+    """The parent-level arguments of ``ivf_plan_two`` (empty arrays of the same types when
+    plans rank every list, :func:`~bbqlib.index.ivf.plan.walks_parents`: one compiled
+    specialization for both)."""
+    if not P.walks_parents(table):
+        return (
+            np.empty((0, dim), np.uint8), np.empty((0, 4), np.float32), np.empty(0),
+            np.empty(0), np.empty(0, np.int32), np.zeros(1, np.int64),
+        )  # fmt: skip
+    return (
+        np.ascontiguousarray(table.parent_codes, dtype=np.uint8),
+        np.ascontiguousarray(table.parent_factors, dtype=np.float32),
+        np.ascontiguousarray(table.parent_cc, dtype=np.float64),
+        np.ascontiguousarray(table.parent_radius, dtype=np.float64),
+        np.ascontiguousarray(table.child_order, dtype=np.int32),
+        np.ascontiguousarray(table.child_offsets, dtype=np.int64),
+    )
 
 
 def _state(index):
@@ -75,6 +97,10 @@ def _state(index):
                 is_l2,
                 by_distance or is_l2,
             ),  # fmt: skip
+            "parents": _parents(table, q.dim_),
+            "n_parents": table.parent_codes.shape[0] if P.walks_parents(table) else 0,
+            "mean_size": float(sizes.mean()),
+            "calls": {},
             "C": np.ascontiguousarray(index._C, dtype=np.float32),
             "width": width,
             "docs": (
@@ -119,6 +145,42 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
     """``IVFIndex.search`` of one query, or None where the batch path must run."""
     if filter is not None or not index._fitted or index._n_deleted:
         return None
+    q = index.quantizer
+    x = one_query(queries, q.dim_)
+    if x is None:
+        return None
+    state = _state(index)
+    if state is False:
+        return None
+    # The settings of a call, resolved and checked once per distinct set of arguments (an
+    # application repeats the same few): the GIL-held Python of a query is its fixed cost.
+    key = (k, type(k), visit_percentage, type(visit_percentage), oversample, type(oversample),
+           rerank, type(rerank), scores, index.visit_percentage, index.store_vectors)  # fmt: skip
+    calls = state["calls"]
+    try:
+        call = calls.get(key)
+    except TypeError:  # an unhashable argument: the batch path checks it
+        return None
+    if call is None:
+        call = _settings(index, state, k, visit_percentage, oversample, rerank, scores)
+        if call is None:
+            return None
+        if len(calls) < 64:
+            calls[key] = call
+    if call[0]:
+        return _fused(index, state, x, call)
+    _, k, depth, heap, pad, rerank, plan, _ = call
+    Qp = prepared_query(x, q.similarity_)
+    if Qp is None:
+        return None
+    Qt = Qp if q.transform_ is None else q.transform_rows(Qp)
+    lists = KO.ivf_plan_two(Qt, *plan)
+    return _scan_finish(index, state, Qp, Qt, lists, k, heap, depth, rerank, scores)
+
+
+def _settings(index, state, k, visit_percentage, oversample, rerank, scores):
+    """A call's settings resolved (the index's defaults) and checked, or None where the
+    batch path must run: ``(fused, k, depth, heap, pad, rerank, plan, fused_args)``."""
     if rerank is None:  # the index's default
         rerank = bool(index.store_vectors)
     if visit_percentage is None:
@@ -131,12 +193,6 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
         if type(visit_percentage) not in (int, float) or not 0.0 < visit_percentage <= 100.0:
             return None
     q = index.quantizer
-    x = one_query(queries, q.dim_)
-    if x is None:
-        return None
-    state = _state(index)
-    if state is False:
-        return None
     enc = q.encoding_
     default = enc.default_oversample
     oversample = default if oversample is None else check_oversample(oversample, default)
@@ -153,58 +209,50 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
     need = max(2.0 * ratio * ntotal, heap)
     sim = q.similarity_
     pad = np.inf if sim.is_distance and scores == "raw" else -np.inf
+    n_lists = state["sizes"].shape[0]
+    want = P.lists_wanted(need, state["mean_size"], ratio, n_lists, state["n_parents"])
+    plan = (*state["plan"], float(need), *state["parents"], want)
     decoded = rerank and state["vectors"] is None  # float16 / int8 rows: not in the fused call
-    if q.transform_ is None and not index._table.has_parents and not decoded:
-        return _fused(index, state, x, sim, k, pad, need, heap, depth, rerank, scores)
-    Qp = prepared_query(x, sim)
-    if Qp is None:
-        return None
-    Qt = Qp if q.transform_ is None else q.transform_rows(Qp)
-    table = index._table
-    if table.has_parents:
-        is_l2, by_distance = state["is_l2"], state["by_distance"]
-        lists = P.plan_batch(Qt, table, state["sizes"], is_l2, by_distance, ratio, need, heap)[0]
-    else:
-        lists = KO.ivf_plan_one(Qt, *state["plan"], float(need))
-    return _scan_finish(index, state, Qp, Qt, lists, k, heap, depth, rerank, scores)
+    fused = q.transform_ is None and not decoded
+    vectors = state["vectors"] if state["vectors"] is not None else state["C"]  # one type
+    head = (sim is Similarity.COSINE, sim is Similarity.DOT_PRODUCT, MAX_SQ_NORM,
+            UNIT_NORM_TOLERANCE)  # fmt: skip
+    tail = (
+        *plan, state["C"], enc.query_bits, q.lam, state["is_l2"], state["width"],
+        *state["docs"], heap, depth, _lists_ok(index._postings), vectors, bool(rerank), k, pad,
+    )  # fmt: skip
+    return fused, k, depth, heap, pad, rerank, plan, (sim, scores, head, tail)
 
 
 def _lists_ok(postings) -> np.ndarray:
-    """Per list: whether the CRC32 of what the scan reads has been checked."""
+    """Per list: whether the CRC32 of what the scan reads has been checked (marked in
+    place by the checks)."""
     return postings._verified_blocks if postings.lut_crc is not None else postings._verified
 
 
-def _fused(index, state, x, sim, k, pad, need, heap, depth, rerank, scores):
+def _fused(index, state, x, call):
     """The steps in one compiled call. Where the call stops at a list or a block of rows
     whose CRC32 is unchecked (an index opened from files, at its first read of them), the
     check runs and the call is repeated: the same query, the same result, and no other
     kernel to load at start-up."""
-    q = index.quantizer
-    enc = q.encoding_
-    cosine = sim is Similarity.COSINE
-    qp = np.empty_like(x) if cosine else x
+    _, k, depth, heap, pad, rerank, _, (sim, scores, head, tail) = call
+    qp = np.empty_like(x) if head[0] else x
     blocks = state["segment"].blocks if rerank else None
     rows_ok, block_rows = _ALL_ROWS_OK, _ONE_BLOCK
     if blocks is not None:
         rows_ok, block_rows = blocks._checked, blocks.block_rows
-    vectors = state["vectors"] if state["vectors"] is not None else state["C"]  # one type
-    postings = index._postings
-    lists_ok = _lists_ok(postings)
     for _ in range(3):  # the lists checked, then the rows, then done
         status, lists, keys, rows, entries, raw, out_rows = KO.ivf_search_fused(
-            x, cosine, sim is Similarity.DOT_PRODUCT, MAX_SQ_NORM, UNIT_NORM_TOLERANCE, qp,
-            *state["plan"], float(need), state["C"], enc.query_bits, q.lam, state["is_l2"],
-            state["width"], *state["docs"], heap, depth, lists_ok, vectors, bool(rerank), k,
-            pad, rows_ok, block_rows,
-        )  # fmt: skip
+            x, *head, qp, *tail, rows_ok, block_rows
+        )
+        if status == 0:
+            break
         if status == 1:
             return None  # the general path raises the error
         if status == 2:
-            _check_lists(postings, lists, state)  # marks them in ``lists_ok``, or raises
-        elif status == 3:
-            state["segment"].check_rows(rows[rows >= 0])  # marks their blocks in ``rows_ok``
+            _check_lists(index._postings, lists, state)  # marks them in ``lists_ok``
         else:
-            break
+            state["segment"].check_rows(rows[rows >= 0])  # marks their blocks in ``rows_ok``
     else:  # a check that did not mark what it checked: never expected, kept safe
         Qp = qp.reshape(1, -1)
         return _scan_finish(index, state, Qp, Qp, lists, k, heap, depth, rerank, scores)
@@ -242,22 +290,20 @@ def _finish(index, state, Qp, keys, rows, k, sim, rerank, scores):
     if rerank and state["segment"].blocks is not None:  # block CRC32s at their first read
         state["segment"].check_rows(rows[rows >= 0])
     if rerank and state["vectors"] is None:  # float16 / int8 rows
-        out, rows = _rerank_decoded(Qp, state["segment"].array, keys, rows, k, sim, scores)
+        out, rows = _rerank_decoded(Qp, state["segment"].array, rows, k, sim, scores)
     else:
         out, rows = rerank_finish(Qp, state["vectors"], keys, rows, k, sim, rerank, scores)
     return out, index._row_ids.of_rows(rows)
 
 
-def _rerank_decoded(Qp, stored, keys, rows, k, sim, scores):
-    """:func:`rerank_finish` over the candidates' stored rows decoded as float32 (float16,
-    int8 records: :func:`bbqlib.scoring.stored.stored_rows`, the values the batch path's
-    rerank scores). The candidates are renumbered in ascending row order, so ties between
-    rows keep their order."""
-    valid = rows >= 0
-    uniq = np.unique(rows[valid])
-    local = np.full(rows.shape, -1, dtype=rows.dtype)
-    local[valid] = np.searchsorted(uniq, rows[valid])
-    out, found = rerank_finish(Qp, stored_rows(stored, uniq), keys, local, k, sim, True, scores)
-    if uniq.size == 0:
-        return out, found
-    return out, np.where(found >= 0, uniq[np.maximum(found, 0)], -1)
+def _rerank_decoded(Qp, stored, rows, k, sim, scores):
+    """:func:`rerank_finish` over float16 or int8 stored rows, read by the exact kernel itself
+    on the calling thread (:func:`bbqlib.scoring.stored.stored_exact_values`: the values the
+    batch path's rerank scores, no NumPy gather or decode), then the best ``k`` by (key desc,
+    row asc) as :func:`rerank_finish` orders them."""
+    dist = sim.is_distance
+    pad = np.inf if dist and scores == "raw" else -np.inf
+    mode = KR.SQUARED_L2 if dist else KR.INNER_PRODUCT
+    raw = stored_exact_values(Qp, stored, rows.reshape(1, -1), mode, parallel=False)
+    out_raw, out_rows = KO.best_k(raw[0], rows, dist, k, pad)
+    return finish_scores(out_raw, out_rows, sim, pad, scores), out_rows
