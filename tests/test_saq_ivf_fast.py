@@ -131,7 +131,10 @@ def test_ivf_two_pass_equals_float_scan(sim, bits):
     np.testing.assert_allclose(got_raw[got == want], want_raw[got == want], rtol=1e-6)
     assert SI.ivf_scan_mode(ix.quantizer.with_query_bits(4), "auto") == "fastscan"
     overlap = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(one, want, strict=True)])
-    assert overlap >= 0.8, overlap
+    # Since the build settles rows in their nearest list, overlap 0.795-0.85 over seeds 0-7
+    # at euclidean 2 bits (0.82-0.87 before): the float scan's recall rose more (0.617 ->
+    # 0.651 against exact top-10) than the one 4-bit pass's (0.609 -> 0.618).
+    assert overlap >= 0.75, overlap
 
 
 def test_ivf_scan_mode():
