@@ -553,6 +553,11 @@ NOTES = [
     "already, so the recall at fixed budgets measures the 1-bit estimates that pick the "
     "rerank candidates (codes are residuals to the list's centroid: a row outside its nearest "
     "list is coded against a farther centroid).",
+    "n = 5,000,000, single process as on main (k-means assignment kept): not rebuilt this "
+    "session; session 6's figures (code 2fd6785, whose single-process build is main's: at 1M "
+    "both give 3,921 lists and the same recall, 0.8086 / 0.8044) are 22,401 lists, recall@10 "
+    "0.7038 at 0.5-2% and 0.6686 dynamic: the 2-worker build with the re-split is 0.0086 "
+    "above at fixed budgets and 0.0004 below with the dynamic one.",
     "The shard check (n = 250,000) ran in an earlier session on code 5eb87d1; the sharded "
     "search is unchanged since.",
 ]
