@@ -81,7 +81,8 @@ def test_ivf_fastscan_matches_reference(is_l2, scale, masked):
     ksum = np.ascontiguousarray(level_sums_of(plan, codes).T)
     q = SimpleNamespace(plan_=plan)
     tables, lo, step, w, const, rounding, _ = fastscan_queries(q, Qr, a["bits"])
-    ftables, fconst = _tables(Qr)
+    _, fconst = _tables(Qr)
+    frows = np.ascontiguousarray(Qr, dtype=np.float32)
     heap = 12
     for refine in (False, True):
         # two passes: a rigorous half-width (sqrt(S) ‖e_s‖ bounds the sum of |<u_s, e_s>|/2)
@@ -90,7 +91,7 @@ def test_ivf_fastscan_matches_reference(is_l2, scale, masked):
         hid = np.full((nq, heap), np.iinfo(np.int64).max, dtype=np.int64)
         rescored = np.zeros(nq, dtype=np.int64)
         KI.ivf_fastscan_saq(
-            tables, lo, step, w, const, qerr, ftables, fconst, pair_add, pair_list, pair_start,
+            tables, lo, step, w, const, qerr, frows, fconst, pair_add, pair_list, pair_start,
             list_start, block_starts, blocks, codes, fac, np.ascontiguousarray(fac.T), ksum,
             gnorm, gnorm.max(1).astype(np.float64), ids, a["start"], a["dims"], a["bits"],
             a["msb_off"], a["low_off"], is_l2, refine, allowed, keys, hid, rescored,
@@ -139,4 +140,7 @@ def test_ivf_scan_mode():
     with pytest.raises(ValueError, match="scan must be one of"):
         SI.ivf_scan_mode(q, "fast")
     assert SI.ivf_scan_mode(q, "plain") == "plain"
+    if SI.ivf_scan_mode(q, "auto") == "two-pass":  # AVX2: reranked float queries, one pass
+        assert SI.ivf_scan_mode(q, "auto", reranked=True) == "fastscan"
+        assert SI.ivf_scan_mode(q, "two-pass", reranked=True) == "two-pass"
     assert SI.ivf_scan_mode(q.with_query_bits(8), "auto") == "plain"

@@ -28,6 +28,7 @@ __all__ = [
     "plan_dp",
     "caq_encode_rows",
     "build_tables",
+    "fill_tables",
     "estimate_rows",
     "scan_rows",
 ]
@@ -189,21 +190,29 @@ def caq_encode_rows(Y, start, dims, bits, msb_off, low_off, rounds, codes, facto
 
 
 # ----------------------------------------------------------------------------- tables
+@kernel(inline="always")
+def fill_tables(y, out):
+    """``out[p, v] = Σ_t bit(v, 7 - t) y[8p + t]`` (float32 [P, 256]) of one query row ``y``.
+
+    ``T[v] = T[v - 2^b] + y[8p + 7 - b]`` with ``2^b`` the lowest set bit of ``v``: every
+    ``v`` whose lowest set bit is ``b`` is ``w + 2^b`` with ``w`` a multiple of ``2^(b + 1)``,
+    filled before it (bits from the highest down), so no bit search per entry.
+    """
+    for p in range(out.shape[0]):
+        T = out[p]
+        T[0] = 0.0
+        for b in range(7, -1, -1):
+            yb = y[8 * p + 7 - b]
+            low = 1 << b
+            for w in range(0, 256, 2 * low):
+                T[w + low] = T[w] + yb
+
+
 @parallel_kernel
 def build_tables(Qc, out):
     """``out[q, p, v] = Σ_t bit(v, 7 - t) Qc[q, 8p + t]`` (float32 [nq, P, 256])."""
-    nq = Qc.shape[0]
-    P = out.shape[1]
-    for q in prange(nq):
-        for p in range(P):
-            T = out[q, p]
-            T[0] = 0.0
-            for v in range(1, 256):
-                low = v & (-v)  # lowest set bit: 1 << b, dimension 8p + 7 - b
-                b = 0
-                while (1 << b) != low:
-                    b += 1
-                T[v] = T[v ^ low] + Qc[q, 8 * p + 7 - b]
+    for q in prange(Qc.shape[0]):
+        fill_tables(Qc[q], out[q])
 
 
 # ----------------------------------------------------------------------------- scoring

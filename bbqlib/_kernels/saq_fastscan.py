@@ -31,7 +31,7 @@ import numpy as np
 
 from .lut import LANES, MAX_STEPS, _tables_avx2
 from .policy import kernel, parallel_kernel, prange
-from .saq import _offer, _raw
+from .saq import _offer, _raw, fill_tables
 
 __all__ = ["block_dots", "fastscan_estimate", "fastscan_scan"]
 
@@ -86,36 +86,34 @@ def _block_keys(dots, r0, m, cols, ksum, qlo, qstep, qw, qconst, q_add, is_l2, o
 
 
 @kernel(inline="always")
-def _block_half(r0, m, cols, gnorm, qerr, qtrunc, scale2, out):
-    """Half-widths ``scale2 · sqrt(Σ_s (g_s e_s)² + (scale_s t_s)²)`` of ``m`` docs."""
-    for j in range(m):
-        out[j] = 0.0
+def _half(row, cols, gnorm, qerr, qtrunc, scale2):
+    """Half-width ``scale2 · sqrt(Σ_s (g_s e_s)² + (scale_s t_s)²)`` of one doc (row)."""
+    acc = 0.0
     for s in range(gnorm.shape[0]):
-        e = qerr[s]
-        t = qtrunc[s]
-        g = gnorm[s]
-        scale = cols[1 + s]
-        for j in range(m):
-            x = np.float64(g[r0 + j]) * e
-            y = np.float64(scale[r0 + j]) * t
-            out[j] += x * x + y * y
-    for j in range(m):
-        out[j] = scale2 * np.sqrt(out[j])
+        x = np.float64(gnorm[s, row]) * qerr[s]
+        y = np.float64(cols[1 + s, row]) * qtrunc[s]
+        acc += x * x + y * y
+    return scale2 * np.sqrt(acc)
 
 
 @kernel(inline="always")
-def _gather(bkeys, bhalf, m, r0, ids, allowed, pess, pess_ids, cand, cand_key, cand_add, cm, add):
+def _gather(bkeys, m, r0, hmax, cols, gnorm, qerr, qtrunc, scale2, ids, allowed, pess, pess_ids,
+            cand, cand_key, cand_add, cm, add):  # fmt: skip
     """Second-pass candidates of a block (two-pass scans): rows ``r0 .. r0 + m`` whose
-    optimistic key ``bkeys + bhalf`` reaches the bar ``pess[0]`` (the worst of the best
-    pessimistic keys ``bkeys - bhalf``, a heap updated here) join ``cand`` (row), ``cand_key``
+    optimistic key ``bkeys + half`` reaches the bar ``pess[0]`` (the worst of the best
+    pessimistic keys ``bkeys - half``, a heap updated here) join ``cand`` (row), ``cand_key``
     (optimistic key) and ``cand_add`` (``add``: the pair's ``q_add``); returns the arrays
-    (grown when full) and their count. ``ids``: row ids (empty: the row is the id) for the
-    uint8 mask ``allowed`` (empty: all) and the heap."""
+    (grown when full) and their count. A row's half-width (:func:`_half`) is computed only
+    when its key plus ``hmax``, the largest half-width of the query, reaches the bar.
+    ``ids``: row ids (empty: the row is the id) for the uint8 mask ``allowed`` (empty: all)
+    and the heap."""
     use_mask = allowed.shape[0] > 0
     use_ids = ids.shape[0] > 0
     for j in range(m):
         key = bkeys[j]
-        half = bhalf[j]
+        if key + hmax < pess[0]:
+            continue
+        half = _half(r0 + j, cols, gnorm, qerr, qtrunc, scale2)
         if key + half < pess[0]:
             continue
         idx = np.int64(ids[r0 + j]) if use_ids else np.int64(r0 + j)
@@ -151,16 +149,20 @@ def _gather(bkeys, bhalf, m, r0, ids, allowed, pess, pess_ids, cand, cand_key, c
 
 
 @kernel(inline="always")
-def _rescore(cand, cand_key, cand_add, cm, bar, codes, fac, FT, fconst, ids, id_base, start,
+def _rescore(cand, cand_key, cand_add, cm, bar, codes, fac, fq, FT, fconst, ids, id_base, start,
              dims, bits, msb_off, low_off, is_l2, keys, out_ids):  # fmt: skip
     """Second pass: the float estimate of every candidate still reaching ``bar``, offered to
     the heap ``keys`` / ``out_ids`` (id ``ids[row]``, or ``id_base + row`` when ``ids`` is
-    empty); returns how many were re-scored."""
+    empty); returns how many were re-scored. ``fq``: the float query row (coded dimensions);
+    its tables are filled into the scratch ``FT`` float32 [P, 256] here, once there is a
+    candidate, so they are in cache for the candidates' lookups."""
     use_ids = ids.shape[0] > 0
     used = 0
     for i in range(cm):
         if cand_key[i] < bar:
             continue
+        if used == 0:
+            fill_tables(fq, FT)
         row = cand[i]
         used += 1
         raw = _raw(codes[row], fac[row], FT, fconst, cand_add[i], start, dims, bits, msb_off,
@@ -230,7 +232,7 @@ def fastscan_scan(
     q_add,
     qerr,
     qtrunc,
-    ftables,
+    fq,
     fconst,
     blocks,
     codes,
@@ -258,9 +260,10 @@ def fastscan_scan(
 
     ``refine`` False: by the pass-1 estimates. True: two passes (module doc); ``qerr`` and
     ``qtrunc`` [nq, S] hold ``z ‖e_s‖ / sqrt(d_s)`` and ``z ‖q_s‖ sqrt((4^r_s - 1) / 12)``,
-    ``ftables`` / ``fconst`` the float query's tables and constants; ``rescored[q]`` counts
-    the docs of the second pass. ``cols``, ``ksum``, ``gnorm``: factor, top-level-sum and
-    rounding-scale columns ([1 + 2S, n], [S, n], [S, n]); ``gmax`` and ``smax`` [S] the
+    ``fq`` / ``fconst`` the float query rows (coded dimensions, float32) and constants;
+    ``rescored[q]`` counts the docs of the second pass. ``cols``, ``ksum``, ``gnorm``: factor,
+    top-level-sum and rounding-scale columns ([1 + 2S, n], [S, n], [S, n]); ``gmax`` and
+    ``smax`` [S] the
     largest ``gnorm`` and ``scale`` of each segment (a block that cannot reach the bar even
     with them is skipped whole).
     """
@@ -274,7 +277,6 @@ def fastscan_scan(
         dots = np.empty((S_, LANES), dtype=np.int32)
         tmp = np.empty(LANES, dtype=np.int32)
         bkeys = np.empty(LANES, dtype=np.float64)
-        bhalf = np.empty(LANES, dtype=np.float64)
         keys = out_keys[q]
         ids = out_ids[q]
         pess = np.full(k, -np.inf)  # refine: k best pessimistic keys
@@ -282,6 +284,7 @@ def fastscan_scan(
         cand = np.empty(1024, dtype=np.int64)
         cand_key = np.empty(1024, dtype=np.float64)
         cand_add = np.empty(1024, dtype=np.float64)
+        FT = np.empty((fq.shape[1] // 8 if refine else 0, 256), dtype=np.float32)
         cm = 0
         T = tables[q]
         hmax = 0.0  # the largest half-width any doc can have for this query
@@ -322,14 +325,13 @@ def fastscan_scan(
                 continue
             if top + hmax < pess[0]:  # no doc of the block can reach the bar
                 continue
-            _block_half(r0, m, cols, gnorm, qerr[q], qtrunc[q], scale2, bhalf)
             cand, cand_key, cand_add, cm = _gather(
-                bkeys, bhalf, m, r0, no_ids, allowed, pess, pess_ids, cand, cand_key,
-                cand_add, cm, q_add[q],
+                bkeys, m, r0, hmax, cols, gnorm, qerr[q], qtrunc[q], scale2, no_ids, allowed,
+                pess, pess_ids, cand, cand_key, cand_add, cm, q_add[q],
             )  # fmt: skip
         if not refine:
             continue
         rescored[q] = _rescore(
-            cand, cand_key, cand_add, cm, pess[0], codes, fac, ftables[q], fconst[q], no_ids,
+            cand, cand_key, cand_add, cm, pess[0], codes, fac, fq[q], FT, fconst[q], no_ids,
             id_base, start, dims, bits, msb_off, low_off, is_l2, keys, ids,
         )  # fmt: skip

@@ -22,7 +22,7 @@ import numpy as np
 from .lut import LANES
 from .policy import parallel_kernel, prange
 from .saq import _raw, _segment_dot
-from .saq_fastscan import _block_half, _block_keys, _gather, _rescore, block_dots
+from .saq_fastscan import _block_keys, _gather, _rescore, block_dots
 from .scoring import _offer, _offer_entries
 
 __all__ = ["entry_totals", "ivf_scan_saq", "ivf_fastscan_saq"]
@@ -106,7 +106,7 @@ def ivf_fastscan_saq(
     qw,
     qconst,
     qerr,
-    ftables,
+    fq,
     fconst,
     pair_add,
     pair_list,
@@ -141,7 +141,8 @@ def ivf_fastscan_saq(
     is folded into ``factors[:, 0]``, so they serve every list; every plane is read); each
     pair adds its ``pair_add``. ``refine`` False: the heaps rank by the 4-bit estimates.
     True: two passes, as :func:`bbqlib._kernels.saq_fastscan.fastscan_scan` (``qerr`` [nq, S]:
-    ``z ‖e_s‖ / sqrt(d_s)``; ``ftables`` / ``fconst`` the float query's tables): an entry
+    ``z ‖e_s‖ / sqrt(d_s)``; ``fq`` / ``fconst`` the float query rows, float32 [nq,
+    coded dims], and constants): an entry
     whose 4-bit key widened by its rounding half-width reaches the heap's bar of
     pessimistic keys is re-scored with the float tables at the end; ``rescored[q]`` counts
     them. ``block_starts`` / ``blocks``: :func:`bbqlib.packing.lut_list_blocks` of the codes;
@@ -157,7 +158,6 @@ def ivf_fastscan_saq(
         dots = np.empty((S_, LANES), dtype=np.int32)
         tmp = np.empty(LANES, dtype=np.int32)
         bkeys = np.empty(LANES, dtype=np.float64)
-        bhalf = np.empty(LANES, dtype=np.float64)
         keys = out_keys[q]
         heap_ids = out_ids[q]
         pess = np.full(H, -np.inf)
@@ -165,6 +165,7 @@ def ivf_fastscan_saq(
         cand = np.empty(1024, dtype=np.int64)
         cand_key = np.empty(1024, dtype=np.float64)
         cand_add = np.empty(1024, dtype=np.float64)
+        FT = np.empty((fq.shape[1] // 8 if refine else 0, 256), dtype=np.float32)
         cm = 0
         T = tables[q]
         hmax = 0.0
@@ -192,13 +193,12 @@ def ivf_fastscan_saq(
                     top = max(top, bkeys[j])
                 if top + hmax < pess[0]:  # no entry of the block can reach the bar
                     continue
-                _block_half(r0, m, cols, gnorm, qerr[q], zero, scale2, bhalf)
                 cand, cand_key, cand_add, cm = _gather(
-                    bkeys, bhalf, m, r0, ids, allowed, pess, pess_ids, cand, cand_key,
-                    cand_add, cm, qa,
+                    bkeys, m, r0, hmax, cols, gnorm, qerr[q], zero, scale2, ids, allowed, pess,
+                    pess_ids, cand, cand_key, cand_add, cm, qa,
                 )  # fmt: skip
         if refine:
             rescored[q] = _rescore(
-                cand, cand_key, cand_add, cm, pess[0], codes, factors, ftables[q], fconst[q],
+                cand, cand_key, cand_add, cm, pess[0], codes, factors, fq[q], FT, fconst[q],
                 ids, 0, start, dims, bits, msb_off, low_off, is_l2, keys, heap_ids,
             )  # fmt: skip

@@ -89,8 +89,9 @@ class SAQPairs:
         return np.einsum("ij,ij->i", Q, Q) - 2.0 * qc + np.asarray(list_cc)[pair_list]
 
     def scan_pairs(
-        self, Qt, centres, list_cc, pairs, postings, allowed, keys, ids, *, scan="auto"
-    ) -> np.ndarray | None:
+        self, Qt, centres, list_cc, pairs, postings, allowed, keys, ids, *, scan="auto",
+        reranked=False,
+    ) -> np.ndarray | None:  # fmt: skip
         """Offer every entry of each query's visited lists to its heap (``keys`` / ``ids``
         [nq, H], updated in place).
 
@@ -101,12 +102,15 @@ class SAQPairs:
         (float lookup tables, :func:`bbqlib._kernels.saq_ivf.ivf_scan_saq`), ``"fastscan"``
         (4-bit query, one pass) or ``"two-pass"`` (4-bit pass, float re-score of the entries
         that can still reach the heap: :func:`bbqlib._kernels.saq_ivf.ivf_fastscan_saq`).
+        ``reranked``: the caller re-scores more than ``k`` of the heaps' entries with the
+        exact vectors, so ``"auto"`` takes the one 4-bit pass for float queries too
+        (:func:`ivf_scan_mode`).
         Returns the entries re-scored per query (two-pass), else None.
         """
         from .._kernels import saq_ivf as KI
 
         pair_query, pair_list, pair_start = pairs
-        mode = ivf_scan_mode(self, IVF_SCAN if scan == "auto" else scan)
+        mode = ivf_scan_mode(self, IVF_SCAN if scan == "auto" else scan, reranked)
         if isinstance(postings, tuple):
             if mode != "plain":
                 raise ValueError(f"scan={mode!r} needs the Postings object, not a tuple")
@@ -127,7 +131,7 @@ class SAQPairs:
                 self.similarity_.is_distance, allowed, keys, ids,
             )  # fmt: skip
             return
-        from .saq_search import PREFILTER_Z, fastscan_queries, float_tables
+        from .saq_search import PREFILTER_Z, fastscan_queries, float_rows
 
         blocks, block_starts, cols, ksum, gnorm, gmax = self._ivf_fast_docs(postings)
         Yc = np.ascontiguousarray(Y[:, : self.plan_.coded_dims], dtype=np.float32)
@@ -135,12 +139,12 @@ class SAQPairs:
         refine = mode == "two-pass"
         if refine:
             fq = self if self.encoding_.query_bits is None else self.with_query_bits(None)
-            ftables, fconst, _ = float_tables(fq, Yc)
+            frows, fconst, _ = float_rows(fq, Yc)
         else:
-            ftables, fconst = np.zeros((1, 1, 256), np.float32), np.zeros((1, 1))
+            frows, fconst = np.zeros((1, 8), np.float32), np.zeros((1, 1))
         rescored = np.zeros(len(Yc), dtype=np.int64)
         KI.ivf_fastscan_saq(
-            tables, lo, step, w, const, PREFILTER_Z * rounding, ftables, fconst, add,
+            tables, lo, step, w, const, PREFILTER_Z * rounding, frows, fconst, add,
             pair_list, pair_start, list_start, block_starts, blocks, codes, factors, cols,
             ksum, gnorm, gmax, entry_ids, a["start"], a["dims"], a["bits"], a["msb_off"],
             a["low_off"], self.similarity_.is_distance, refine, allowed, keys, ids, rescored,
@@ -171,15 +175,18 @@ class SAQPairs:
         return value
 
 
-#: The IVF list scan of ``scan="auto"``: ``"auto"`` picks two passes (float queries) or one
-#: 4-bit pass (``query_bits=4``) where the 4-bit lookup-table scan runs (AVX2, segment
-#: widths multiples of 16), else the float lookup-table scan; ``"plain"`` forces the latter.
+#: The IVF list scan of ``scan="auto"``: ``"auto"`` picks, where the 4-bit lookup-table scan
+#: runs (AVX2, segment widths multiples of 16), one 4-bit pass (``query_bits=4``, or float
+#: queries when the exact rerank picks k of more than k candidates: it then does the float
+#: pass's work) or two passes (float queries without rerank or with oversample 1), else
+#: the float lookup-table scan; ``"plain"`` forces the latter.
 IVF_SCAN = "auto"
 IVF_SCANS = ("auto", "plain", "two-pass", "fastscan")
 
 
-def ivf_scan_mode(q, scan: str) -> str:
-    """The list scan that serves ``scan`` for quantizer ``q`` (see :data:`IVF_SCAN`)."""
+def ivf_scan_mode(q, scan: str, reranked: bool = False) -> str:
+    """The list scan that serves ``scan`` for quantizer ``q`` (see :data:`IVF_SCAN`);
+    ``reranked``: the search re-scores more than ``k`` candidates exactly afterwards."""
     from .saq_search import uses_fastscan
 
     if scan not in IVF_SCANS:
@@ -188,7 +195,7 @@ def ivf_scan_mode(q, scan: str) -> str:
     if scan == "auto":
         if not uses_fastscan(q):
             return "plain"
-        return "two-pass" if qb is None else "fastscan"
+        return "two-pass" if qb is None and not reranked else "fastscan"
     if scan != "plain" and not uses_fastscan(q.with_query_bits(4 if scan == "fastscan" else None)):
         raise ValueError(f"scan={scan!r} needs AVX2 and segment widths multiple of 16")
     return scan

@@ -24,6 +24,7 @@ __all__ = [
     "PASS1_PLANES",
     "search",
     "quantize_query",
+    "float_rows",
     "float_tables",
     "fastscan_queries",
     "fastscan_docs",
@@ -36,8 +37,9 @@ __all__ = [
 PREFILTER_Z = 4.0
 #: Planes per segment the two-pass search's first pass reads (None: all). Reading only the
 #: top plane (the authors' "1-bit stage") or two, with the dropped bits bounded, left
-#: 4,700-12,400 and 830-1,000 docs per query for the float pass on debian-minilm-384 at 1-4
-#: bits, against 33-37 with every plane, and ran 1.1-4.3x slower (benchmarks/results/saq.md):
+#: 1,862-12,129 and 633-1,021 docs per query for the float pass on the shared data at 1-4
+#: bits, against 32-50 with every plane, and ran 2.5-5.4x and up to 2.8x slower
+#: (benchmarks/results/saq.md):
 #: the 4-bit lookup tables make every plane cheap, the float pass is the expensive one.
 PASS1_PLANES = None
 #: Queries per kernel call (bounds tables and heaps).
@@ -142,7 +144,7 @@ def search(
             blocks, cols, ksum, gnorm, gmax, smax = fastscan_docs(q, enc, keep)
             tables, lo, step, w, const, rounding, trunc = fastscan_queries(q, Qb, keep)
             refine = mode == "two-pass"
-            ftables, fconst, _ = float_tables(q, Qb) if refine else (_NO_F, _NO_C, 0)
+            frows, fconst, _ = float_rows(q, Qb) if refine else (_NO_F, _NO_C, 0)
             keys = np.full((q1 - q0, k), -np.inf)
             hid = np.full((q1 - q0, k), EMPTY, dtype=np.int64)
             if n:
@@ -155,7 +157,7 @@ def search(
                     add,
                     PREFILTER_Z * rounding,
                     PREFILTER_Z * trunc,
-                    ftables,
+                    frows,
                     fconst,
                     blocks,
                     codes,
@@ -186,7 +188,7 @@ def search(
     return out, ids, rescored
 
 
-_NO_F = np.zeros((1, 1, 256), dtype=np.float32)
+_NO_F = np.zeros((1, 8), dtype=np.float32)
 _NO_C = np.zeros((1, 1))
 
 
@@ -219,17 +221,25 @@ def quantize_query(q, Qc: np.ndarray, qb: int | None = None):
     return out, err
 
 
-def float_tables(q, Qc: np.ndarray):
-    """``(tables, qconst, rounding)`` of centred, rotated query rows."""
+def float_rows(q, Qc: np.ndarray):
+    """``(rows, qconst, rounding)`` of centred, rotated query rows: the rows as the float
+    tables see them (rounded to ``query_bits`` if set; float32, coded dimensions) and their
+    per-segment constants ``(2^B_s - 1)/2 · Σ q_s``."""
     Qq, rounding = quantize_query(q, Qc)
-    Qq = np.ascontiguousarray(Qq, dtype=np.float32)
-    tables = np.empty((len(Qq), q.plan_.coded_dims // 8, 256), dtype=np.float32)
-    K.build_tables(Qq, tables)
+    Qq = np.ascontiguousarray(Qq[:, : q.plan_.coded_dims], dtype=np.float32)
     qconst = np.empty((len(Qq), len(q.plan_.segments)))
     for s, seg in enumerate(q.plan_.segments):
         qconst[:, s] = (
             (2**seg.bits - 1) / 2.0 * Qq[:, seg.start : seg.stop].sum(1, dtype=np.float64)
         )
+    return Qq, qconst, rounding
+
+
+def float_tables(q, Qc: np.ndarray):
+    """``(tables, qconst, rounding)`` of centred, rotated query rows."""
+    Qq, qconst, rounding = float_rows(q, Qc)
+    tables = np.empty((len(Qq), q.plan_.coded_dims // 8, 256), dtype=np.float32)
+    K.build_tables(Qq, tables)
     return tables, qconst, rounding
 
 

@@ -73,7 +73,10 @@ def search_batch(index, queries, k, visit_percentage, oversample, rerank, filter
     by_distance = sim is not Similarity.MAX_INNER_PRODUCT
     plan = P.plan_batch(Qt, index._table, sizes, sim.is_distance, by_distance, ratio, need,
                         heap, allowed_sizes)  # fmt: skip
-    keys, ids = scan_lists(q, postings, index._C, index._list_cc, Qt, plan, heap, allowed)
+    # reranked: the exact rerank picks k of more than k candidates (SAQ's lists then take
+    # one 4-bit pass, no float re-score)
+    keys, ids = scan_lists(q, postings, index._C, index._list_cc, Qt, plan, heap, allowed,
+                           reranked=rerank and depth > k)  # fmt: skip
     keys, ids = dedup_topk(keys, ids, depth)
     entries = int(sizes[plan[0]].sum())
     index.last_search_stats = {

@@ -28,11 +28,16 @@ def uses_lut(encoding: Encoding) -> bool:
     return use_lut(encoding.query_planes, encoding.layout)
 
 
-def scan_lists(quantizer, postings: Postings, centroids, list_cc, Qt, plan, heap, allowed):
+def scan_lists(
+    quantizer, postings: Postings, centroids, list_cc, Qt, plan, heap, allowed, *, reranked=False
+):
     """Heaps ``(keys, ids)`` [nq, heap] of the best entries of each query's visited lists.
 
     ``plan``: ``(pair_list, pair_query, pair_start)`` from
-    :func:`bbqlib.index.ivf.plan.plan_visits`; ``allowed``: uint8 mask over ids or None.
+    :func:`bbqlib.index.ivf.plan.plan_visits`; ``allowed``: uint8 mask over ids or None;
+    ``reranked``: the search re-scores more than ``k`` of the heaps' entries exactly
+    afterwards (SAQ's list scan then ranks by its 4-bit pass alone,
+    :meth:`bbqlib.SAQQuantizer.scan_pairs`).
     """
     pair_list, pair_query, pair_start = plan
     row = quantizer.encoding_
@@ -55,6 +60,7 @@ def scan_lists(quantizer, postings: Postings, centroids, list_cc, Qt, plan, heap
             quantizer.scan_pairs(
                 Qt[q0:q1], centroids, list_cc, (pair_query[p0:p1] - q0, pair_list[p0:p1],
                 pair_start[q0 : q1 + 1] - p0), postings, mask, keys[q0:q1], ids[q0:q1],
+                reranked=reranked,
             )  # fmt: skip
             continue
         qdata, qf = quantizer.query_pairs(
