@@ -147,3 +147,21 @@ def test_ivf_scan_mode():
         assert SI.ivf_scan_mode(q, "auto", reranked=True) == "fastscan"
         assert SI.ivf_scan_mode(q, "two-pass", reranked=True) == "two-pass"
     assert SI.ivf_scan_mode(q.with_query_bits(8), "auto") == "plain"
+
+
+@pytest.mark.parametrize("is_l2", [True, False])
+@pytest.mark.parametrize("d", [1, 7, 65, 384])
+def test_pair_terms_match_numpy(is_l2, d):
+    """The kernel's pair terms equal NumPy's ``‖q - c‖²`` / ``<q, c>`` (float64)."""
+    rng = np.random.default_rng(d + int(is_l2))
+    Q = (rng.standard_normal((9, d)) * 1e3).astype(np.float32)
+    C = rng.standard_normal((5, d)).astype(np.float32)
+    C[0] = 0.0
+    cc = np.einsum("ij,ij->i", C.astype(np.float64), C.astype(np.float64))
+    pq = rng.integers(0, 9, 40).astype(np.int64)
+    pl = rng.integers(0, 5, 40).astype(np.int64)
+    out = np.empty(40)
+    KI.pair_terms(Q, C, cc, pq, pl, is_l2, out)
+    q64, c64 = Q.astype(np.float64)[pq], C.astype(np.float64)[pl]
+    want = ((q64 - c64) ** 2).sum(1) if is_l2 else (q64 * c64).sum(1)
+    np.testing.assert_allclose(out, want, rtol=1e-9, atol=1e-9 * np.abs(want).max())
