@@ -23,6 +23,10 @@ from .lut import LANES
 from .policy import parallel_kernel, prange
 from .saq import _raw, _segment_dot
 from .saq_fastscan import _block_keys, _gather, _rescore, block_dots
+
+# The kernels below inline saq_fastscan's helpers, but their disk cache keys on this file's
+# hash only: after changing an inlined helper, change this file too (as here, for
+# _gather's buffer growth), or the cached machine code keeps the old helper.
 from .scoring import _offer, _offer_entries
 
 __all__ = ["entry_totals", "pair_terms", "ivf_scan_saq", "ivf_fastscan_saq"]
