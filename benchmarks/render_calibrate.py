@@ -22,8 +22,9 @@ NOTES = [
     "do not depend on it). The 1M splits (20 planned, untimed, nice 19) stopped at split 3: "
     "the fresh-query search of the chosen IVF (SAQ 6 bits, float queries, two-pass list "
     "scan) raised in ivf_fastscan_saq (numba array analysis: 'Sizes of bigger ... do not "
-    "match' at the candidate buffer's growth, saq_fastscan.py as of abe6dd6); the row shows "
-    "the 3 splits measured before it.",
+    "match' at the candidate buffer's growth, saq_fastscan.py as of abe6dd6; fixed in "
+    "7ef44b1 and 6cb0a3b, not re-measured at 1M); the row shows the 3 splits measured before "
+    "it.",
     "Target: recall@10 >= 0.95 as the one-sided 95% bootstrap lower bound over the 200 "
     "calibration queries; a split passes when the chosen configuration, built afresh "
     "(report.build(), add(base)) and searched with its defaults, has mean recall@10 >= 0.945 "
