@@ -90,3 +90,21 @@ def test_an_unwritable_cache_folder_only_costs_compilation(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "5.0"
+
+
+def test_entries_are_stamped_with_every_kernel_module(tmp_path):
+    """A kernel that inlines a helper of another module recompiles when that module changes:
+    each entry's stamp holds the (mtime, size) of every module in ``bbqlib/_kernels``."""
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "b.py").write_text("y = 2\n")
+    before = cache.folder_stamp(tmp_path)
+    assert [name for name, _, _ in before] == ["a.py", "b.py"]
+    (tmp_path / "b.py").write_text("y = 22\n")  # another size
+    cache.folder_stamp.cache_clear()
+    assert cache.folder_stamp(tmp_path) != before
+    locator = cache.BbqlibCacheLocator(
+        row_sq_norms.py_func, cache.inspect.getfile(row_sq_norms.py_func)
+    )
+    own, modules = locator.get_source_stamp()
+    assert modules == cache.folder_stamp(cache._KERNELS_FOLDER)
+    assert "saq_fastscan.py" in [name for name, _, _ in modules]

@@ -14,7 +14,10 @@ installs. bbqlib's kernels use their own numba cache object instead, whose only 
 
 Inside it, each source folder gets its own subfolder (numba's naming: folder name and a hash
 of its path), so an editable checkout and an installed copy do not share entries; each entry
-is also keyed by a hash of its source file, so an edited kernel recompiles. numba's
+is also keyed by a hash of its source file and by the stamps (modification time, size) of
+every module of this package, so an edited kernel recompiles, and so does a kernel that
+inlines a helper from another module when that module changes (numba's own key, the
+kernel's file alone, kept machine code of the old helper). numba's
 configuration and other packages' caches are untouched: only dispatchers built by
 :mod:`bbqlib._kernels.policy` get this cache. Where no directory is writable the kernels
 compile in every process (no disk cache), as numba does for functions it cannot cache.
@@ -22,6 +25,7 @@ compile in every process (no disk cache), as numba does for functions it cannot 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import sys
@@ -62,6 +66,20 @@ def cache_dir() -> Path:
     return _user_cache_root() / __version__
 
 
+_KERNELS_FOLDER = Path(__file__).resolve().parent
+
+
+@functools.cache
+def folder_stamp(folder: Path) -> tuple:
+    """``(name, mtime, size)`` of every ``.py`` file in ``folder``, sorted by name: part of
+    each cache entry's source stamp (computed once per process)."""
+    entries = []
+    for path in sorted(Path(folder).glob("*.py")):
+        st = path.stat()
+        entries.append((path.name, st.st_mtime, st.st_size))
+    return tuple(entries)
+
+
 class BbqlibCacheLocator(_SourceFileBackedLocatorMixin, _CacheLocator):
     """numba cache locator for bbqlib's kernels: :func:`cache_dir` / per-source-folder."""
 
@@ -73,6 +91,11 @@ class BbqlibCacheLocator(_SourceFileBackedLocatorMixin, _CacheLocator):
 
     def get_cache_path(self) -> str:
         return self._cache_path
+
+    def get_source_stamp(self):
+        """numba's stamp of the kernel's own file, and :func:`folder_stamp` of
+        ``bbqlib/_kernels``, whose helpers kernels inline."""
+        return (super().get_source_stamp(), folder_stamp(_KERNELS_FOLDER))
 
 
 class _BbqlibCacheImpl(CompileResultCacheImpl):
