@@ -19,7 +19,12 @@ NOTES = [
     "53f4cc9) for everything timed and the spacy-wordvec-300 splits; the 1M splits ran on "
     "abe6dd6, after main's 4-bit lookup-table scan of SAQ in the IVF was merged (IVF SAQ "
     "latencies, hence calibration and grid times, may differ on that code; recall and bytes "
-    "do not depend on it).",
+    "do not depend on it). The 1M splits (20 planned, untimed, nice 19) stopped at split 3: "
+    "the fresh-query search of the chosen IVF (SAQ 6 bits, float queries, two-pass list "
+    "scan) raised in ivf_fastscan_saq (numba array analysis: 'Sizes of bigger ... do not "
+    "match' at the candidate buffer's growth, saq_fastscan.py as of abe6dd6; fixed in "
+    "7ef44b1 and 6cb0a3b, not re-measured at 1M); the row shows the 3 splits measured before "
+    "it.",
     "Target: recall@10 >= 0.95 as the one-sided 95% bootstrap lower bound over the 200 "
     "calibration queries; a split passes when the chosen configuration, built afresh "
     "(report.build(), add(base)) and searched with its defaults, has mean recall@10 >= 0.945 "

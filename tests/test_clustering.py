@@ -40,7 +40,7 @@ from bbqlib.index.clustering import (
     soar_assign,
 )
 from bbqlib.index.clustering._blocks import _groups
-from bbqlib.index.clustering.assign import _assign
+from bbqlib.index.clustering.assign import _assign, settle_assignment, walk_to_nearest
 from bbqlib.index.clustering.kmeans import _split_k, _split_threshold
 
 DIMS = [1, 3, 7, 8, 9, 63, 64, 65, 127, 384]
@@ -420,6 +420,27 @@ def test_soar_on_clusters(blobs, blobs_clustered):
     # SOAR picks among the primary's 128 nearest centroids.
     neigh = centroid_neighbourhoods(C, 128)
     assert np.all((neigh[a] == s[:, None]).any(axis=1))
+
+
+def test_settle_assignment_moves_rows_to_their_nearest_centroid(blobs, blobs_clustered, tmp_path):
+    """k-means' final pass assigns, then moves the centroids: some rows end outside their
+    nearest list. The settling walk puts them in it (brute force decides), moves no row to a
+    farther centroid, is a fixed point, and reads a memmap block by block the same way."""
+    C, a = blobs_clustered
+    got = settle_assignment(blobs, C, a)
+    exact = nearest_centroid(blobs, C)
+    d = lambda lab: ((blobs.astype(np.float64) - C[lab]) ** 2).sum(axis=1)  # noqa: E731
+    assert np.mean(a != exact) > 0.001  # the case exists on these blobs
+    assert np.mean(got == exact) >= 0.999
+    assert np.all(d(got) <= d(a) * (1 + 1e-5) + 1e-7)
+    assert np.array_equal(settle_assignment(blobs, C, got), got)
+    path = tmp_path / "x.f32"
+    blobs.tofile(path)
+    mapped = np.memmap(path, dtype=np.float32, mode="r", shape=blobs.shape)
+    assert np.array_equal(settle_assignment(mapped, C, a), got)
+    # one centroid: nothing to walk to
+    one = walk_to_nearest(blobs[:5], C[:1], np.zeros(5, np.int32), np.empty((1, 0), np.int32))
+    assert np.array_equal(one, np.zeros(5))
 
 
 def test_parent_level(blobs, blobs_clustered):

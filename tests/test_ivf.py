@@ -364,6 +364,12 @@ def test_structure_and_soar(built, data):
     assert spills.sum() > 0.8 * len(X)  # most vectors are still spilled
     assert primaries.max() <= 2 * 64  # oversized lists were split at build time
     assert built.list_sizes.tolist() == (primaries + spills).tolist()
+    # Every row's primary list is its nearest (the build settles k-means' last assignment).
+    from bbqlib.index.clustering import nearest_centroid
+
+    Xn = (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
+    near = nearest_centroid(built.quantizer.transform_rows(Xn), built.centroids_)
+    assert np.mean(assign[:, 0] == near) >= 0.999
     # Every entry sits in its id's primary or SOAR list.
     owner = np.repeat(np.arange(K), built.list_sizes)
     ids = np.asarray(built._postings.ids)

@@ -131,7 +131,10 @@ def test_ivf_two_pass_equals_float_scan(sim, bits):
     np.testing.assert_allclose(got_raw[got == want], want_raw[got == want], rtol=1e-6)
     assert SI.ivf_scan_mode(ix.quantizer.with_query_bits(4), "auto") == "fastscan"
     overlap = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(one, want, strict=True)])
-    assert overlap >= 0.8, overlap
+    # Since the build settles rows in their nearest list, overlap 0.795-0.85 over seeds 0-7
+    # at euclidean 2 bits (0.82-0.87 before): the float scan's recall rose more (0.617 ->
+    # 0.651 against exact top-10) than the one 4-bit pass's (0.609 -> 0.618).
+    assert overlap >= 0.75, overlap
 
 
 def test_ivf_scan_mode():
@@ -144,3 +147,21 @@ def test_ivf_scan_mode():
         assert SI.ivf_scan_mode(q, "auto", reranked=True) == "fastscan"
         assert SI.ivf_scan_mode(q, "two-pass", reranked=True) == "two-pass"
     assert SI.ivf_scan_mode(q.with_query_bits(8), "auto") == "plain"
+
+
+@pytest.mark.parametrize("is_l2", [True, False])
+@pytest.mark.parametrize("d", [1, 7, 65, 384])
+def test_pair_terms_match_numpy(is_l2, d):
+    """The kernel's pair terms equal NumPy's ``‖q - c‖²`` / ``<q, c>`` (float64)."""
+    rng = np.random.default_rng(d + int(is_l2))
+    Q = (rng.standard_normal((9, d)) * 1e3).astype(np.float32)
+    C = rng.standard_normal((5, d)).astype(np.float32)
+    C[0] = 0.0
+    cc = np.einsum("ij,ij->i", C.astype(np.float64), C.astype(np.float64))
+    pq = rng.integers(0, 9, 40).astype(np.int64)
+    pl = rng.integers(0, 5, 40).astype(np.int64)
+    out = np.empty(40)
+    KI.pair_terms(Q, C, cc, pq, pl, is_l2, out)
+    q64, c64 = Q.astype(np.float64)[pq], C.astype(np.float64)[pl]
+    want = ((q64 - c64) ** 2).sum(1) if is_l2 else (q64 * c64).sum(1)
+    np.testing.assert_allclose(out, want, rtol=1e-9, atol=1e-9 * np.abs(want).max())

@@ -250,3 +250,73 @@ def test_fastscan_estimate_matches_dequantized_query(is_l2, planes):
         out,
     )
     np.testing.assert_allclose(out, want, atol=1e-6 * np.abs(want).max())
+
+
+def _drive_gather(bkeys, gnorm, hmax, k):
+    """Two-pass candidate gathering over blocks of 32 rows inside a prange loop, as the
+    flat and IVF two-pass scans run it (``_gather`` inlined)."""
+    import numba
+
+    from bbqlib._kernels.saq_fastscan import _gather
+
+    @numba.njit(parallel=True)
+    def drive(bkeys, gnorm, hmax, k):
+        n = bkeys.shape[0]
+        out = np.zeros((1, 3 * n + 1))
+        cols = np.zeros((2, n), dtype=np.float32)
+        qerr = np.ones(1)
+        qtrunc = np.zeros(1)
+        ids = np.empty(0, dtype=np.int64)
+        allowed = np.empty(0, dtype=np.uint8)
+        for q in numba.prange(1):
+            pess = np.full(k, -np.inf)
+            pess_ids = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
+            cand = np.empty(1024, dtype=np.int64)
+            cand_key = np.empty(1024, dtype=np.float64)
+            cand_add = np.empty(1024, dtype=np.float64)
+            cm = 0
+            for r0 in range(0, n, 32):
+                m = min(32, n - r0)
+                cand, cand_key, cand_add, cm = _gather(
+                    bkeys[r0 : r0 + m], m, r0, hmax, cols, gnorm, qerr, qtrunc, 1.0, ids,
+                    allowed, pess, pess_ids, cand, cand_key, cand_add, cm, 0.5,
+                )  # fmt: skip
+            out[q, 0] = cm
+            for i in range(cm):
+                out[q, 1 + i] = cand[i]
+                out[q, 1 + n + i] = cand_key[i]
+                out[q, 1 + 2 * n + i] = cand_add[i]
+        return out
+
+    return drive(bkeys, gnorm, hmax, k)
+
+
+def test_two_pass_candidates_grow_after_a_partial_compaction():
+    """Keys rising along the rows with half-widths of 0.35: the first full buffer (1,024)
+    keeps about 700 candidates above the bar, so it drops some and doubles. Compiled inside
+    a prange loop, the buffer's slice copies raised a numba size assertion there ("Sizes of
+    bigger, ... do not match", seen on 1M vectors); the result equals the same function run
+    by the interpreter."""
+    from bbqlib._kernels.saq_fastscan import _gather
+
+    n, k = 4096, 10
+    bkeys = np.arange(n) * 1e-3
+    gnorm = np.full((1, n), 0.35, dtype=np.float32)
+    out = _drive_gather(bkeys, gnorm, 0.35, k)[0]
+    cm = int(out[0])
+    # the interpreted twin, block by block
+    cols = np.zeros((2, n), dtype=np.float32)
+    pess, pess_ids = np.full(k, -np.inf), np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
+    cand, cand_key, cand_add = np.empty(1024, np.int64), np.empty(1024), np.empty(1024)
+    rm = 0
+    for r0 in range(0, n, 32):
+        cand, cand_key, cand_add, rm = _gather.py_func(
+            bkeys[r0 : r0 + 32], 32, r0, 0.35, cols, gnorm, np.ones(1), np.zeros(1), 1.0,
+            np.empty(0, np.int64), np.empty(0, np.uint8), pess, pess_ids, cand, cand_key,
+            cand_add, rm, 0.5,
+        )  # fmt: skip
+    assert len(cand) > 1024  # the buffer grew
+    assert 512 < cm < n and cm == rm
+    np.testing.assert_array_equal(out[1 : 1 + cm], cand[:cm])
+    np.testing.assert_array_equal(out[1 + n : 1 + n + cm], cand_key[:cm])
+    np.testing.assert_array_equal(out[1 + 2 * n : 1 + 2 * n + cm], cand_add[:cm])

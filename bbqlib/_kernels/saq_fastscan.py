@@ -135,9 +135,14 @@ def _gather(bkeys, m, r0, hmax, cols, gnorm, qerr, qtrunc, scale2, ids, allowed,
                 bigger = np.empty(size, dtype=np.int64)
                 bigger_key = np.empty(size, dtype=np.float64)
                 bigger_add = np.empty(size, dtype=np.float64)
-                bigger[:cm] = cand[:cm]
-                bigger_key[:cm] = cand_key[:cm]
-                bigger_add[:cm] = cand_add[:cm]
+                # Element loops, not slice copies: inlined into the prange kernels, the
+                # slice copies got a size assertion from numba's array analysis that failed
+                # at run time ("Sizes of bigger, ... do not match": 1M clustered vectors,
+                # SAQ 6 bits, float queries, two-pass IVF scan).
+                for i in range(cm):
+                    bigger[i] = cand[i]
+                    bigger_key[i] = cand_key[i]
+                    bigger_add[i] = cand_add[i]
                 cand = bigger
                 cand_key = bigger_key
                 cand_add = bigger_add

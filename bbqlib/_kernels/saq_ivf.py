@@ -23,9 +23,13 @@ from .lut import LANES
 from .policy import parallel_kernel, prange
 from .saq import _raw, _segment_dot
 from .saq_fastscan import _block_keys, _gather, _rescore, block_dots
+
+# The kernels below inline saq_fastscan's helpers, but their disk cache keys on this file's
+# hash only: after changing an inlined helper, change this file too (as here, for
+# _gather's buffer growth), or the cached machine code keeps the old helper.
 from .scoring import _offer, _offer_entries
 
-__all__ = ["entry_totals", "ivf_scan_saq", "ivf_fastscan_saq"]
+__all__ = ["entry_totals", "pair_terms", "ivf_scan_saq", "ivf_fastscan_saq"]
 
 
 @parallel_kernel
@@ -45,6 +49,24 @@ def entry_totals(ctables, cconst, lists, codes, factors, start, dims, bits, msb_
             dot = _segment_dot(codes[e], T, s, start, dims, bits, msb_off, low_off)
             total += np.float64(factors[e, 1 + s]) * (dot - cconst[lst, s])
         out[e] = total
+
+
+@parallel_kernel
+def pair_terms(Q, C, list_cc, pair_query, pair_list, is_l2, out):
+    """``out[p]``: ``‖q - c‖² = ‖q‖² - 2 <q, c> + ‖c‖²`` (``is_l2``, ``list_cc[c] = ‖c‖²``)
+    or ``<q, c>`` of each (query, list) pair ``q = Q[pair_query[p]]``, ``c = C[pair_list[p]]``
+    (float64 sums over the rows as stored)."""
+    d = Q.shape[1]
+    for p in prange(pair_query.shape[0]):
+        q = pair_query[p]
+        c = pair_list[p]
+        qc = 0.0
+        qq = 0.0
+        for i in range(d):
+            x = np.float64(Q[q, i])
+            qc += x * np.float64(C[c, i])
+            qq += x * x
+        out[p] = qq - 2.0 * qc + np.float64(list_cc[c]) if is_l2 else qc
 
 
 @parallel_kernel

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._kernels import ivf as KI
-from .._kernels.kmeans import nearest_in_neighbourhood_kernel, soar_kernel
+from .._kernels.kmeans import soar_kernel
+from ..index.clustering.assign import walk_to_nearest
 
 __all__ = ["Assigner", "make_assigner"]
 
@@ -28,8 +29,6 @@ NEIGHBOURS = 128
 ENTRY_CHILDREN = 32
 #: Parents whose children are searched for a row (its nearest parent's nearest parents).
 PROBE = 4
-#: Most neighbourhood steps of the greedy walk.
-MAX_STEPS = 8
 
 
 def _groups(assign: np.ndarray, k: int):
@@ -60,28 +59,14 @@ class Assigner:
         ``start``: a first guess per row (e.g. the assignment against earlier centroids);
         otherwise the nearest entry centroid.
         """
-        K = self.n_lists
         if start is None:
             if self.parents is None:
                 return _nearest_dense(W, self.C)  # all K (K <= 1024)
             parent = _nearest_dense(W, self.parents)
             current = _nearest_children(W, self.C, parent, self.children)
         else:
-            current = np.asarray(start, dtype=np.int32).copy()
-        if self.neigh.shape[1] == 0:
-            return current  # K = 1
-        todo = np.arange(W.shape[0])
-        for _ in range(MAX_STEPS):
-            Wt = W if todo.size == W.shape[0] else np.ascontiguousarray(W[todo])
-            cur = current[todo]
-            new = np.empty(todo.size, dtype=np.int32)
-            nearest_in_neighbourhood_kernel(Wt, self.C, *_groups(cur, K), self.neigh, new)
-            moved = new != cur
-            current[todo] = new
-            if not moved.any():
-                break
-            todo = todo[moved]
-        return current
+            current = start
+        return walk_to_nearest(W, self.C, current, self.neigh)
 
     def soar(self, W: np.ndarray, primary: np.ndarray, lam: float) -> np.ndarray:
         """SOAR spill list of each row (as :func:`~bbqlib.index.clustering.soar_assign`)."""

@@ -81,12 +81,20 @@ class SAQPairs:
         raise NotImplementedError("SAQ lists are scanned by SAQQuantizer.scan_pairs")
 
     def pair_adds(self, Qt, centres, list_cc, pair_query, pair_list) -> np.ndarray:
-        """``‖q - c‖²`` (euclidean) or ``<q, c>`` of each (query, list) pair, float64 [P]."""
-        Q = np.asarray(Qt, dtype=np.float64)[pair_query]
-        qc = np.einsum("ij,ij->i", Q, np.asarray(centres, dtype=np.float64)[pair_list])
-        if not self.similarity_.is_distance:
-            return qc
-        return np.einsum("ij,ij->i", Q, Q) - 2.0 * qc + np.asarray(list_cc)[pair_list]
+        """``‖q - c‖²`` (euclidean) or ``<q, c>`` of each (query, list) pair, float64 [P]
+        (:func:`bbqlib._kernels.saq_ivf.pair_terms`: no gathered copies of the rows)."""
+        from .._kernels import saq_ivf as KI
+
+        out = np.empty(len(pair_query), dtype=np.float64)
+        if len(out):
+            KI.pair_terms(
+                np.ascontiguousarray(Qt), np.ascontiguousarray(centres),
+                np.ascontiguousarray(list_cc, dtype=np.float64),
+                np.ascontiguousarray(pair_query, dtype=np.int64),
+                np.ascontiguousarray(pair_list, dtype=np.int64), self.similarity_.is_distance,
+                out,
+            )  # fmt: skip
+        return out
 
     def scan_pairs(
         self, Qt, centres, list_cc, pairs, postings, allowed, keys, ids, *, scan="auto",

@@ -40,6 +40,7 @@ API_MODULES = [
     ("bbqlib.datasets", "Bundled sample"),
 ]
 
+
 def repository_url() -> str:
     """``Repository`` of ``[project.urls]`` in ``pyproject.toml`` (the one place to change it)."""
     text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")

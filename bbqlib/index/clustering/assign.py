@@ -20,6 +20,8 @@ from ._blocks import _groups, _row_blocks
 from ._checks import _check_centroids, _check_int, _check_matrix
 
 NEIGHBOURHOOD_SIZE = 128
+#: Most steps of the greedy walk of :func:`walk_to_nearest`.
+MAX_WALK_STEPS = 8
 
 # Below this many distance terms (rows x candidates x d) a call runs single-threaded: about
 # 1 ms of work, against a thread-pool wake-up that on a busy 2-core machine can cost a
@@ -45,6 +47,50 @@ def _assign(Xb: np.ndarray, C: np.ndarray, current: np.ndarray | None, neigh) ->
 def _nearest(Xb: np.ndarray, C: np.ndarray, out: np.ndarray) -> None:
     big = Xb.size * C.shape[0] >= _PARALLEL_MIN_WORK
     (nearest_centroid_kernel if big else nearest_centroid_serial)(Xb, C, out)
+
+
+def walk_to_nearest(Xb, C, current, neigh, max_steps: int = MAX_WALK_STEPS) -> np.ndarray:
+    """Greedy walk on the centroid graph from ``current`` (float32 block ``Xb`` in RAM).
+
+    Each step moves every row to the nearest among its current centroid and that centroid's
+    ``neigh`` neighbours; rows that did not move are done. Stops when none moves or after
+    ``max_steps``. Returns a new int32 assignment. Used by the single-process build's last
+    assignment (:func:`settle_assignment`) and by the distributed build's workers, so that
+    both put a row in the same list.
+    """
+    current = np.array(current, dtype=np.int32)
+    if neigh.shape[1] == 0:
+        return current  # one centroid
+    todo = np.arange(Xb.shape[0])
+    for _ in range(max_steps):
+        Xt = Xb if todo.size == Xb.shape[0] else np.ascontiguousarray(Xb[todo])
+        cur = current[todo]
+        new = _assign(Xt, C, cur, neigh)
+        moved = new != cur
+        current[todo] = new
+        if not moved.any():
+            break
+        todo = todo[moved]
+    return current
+
+
+def settle_assignment(X, C, assign, neigh=None) -> np.ndarray:
+    """Every row of ``X`` to its nearest centroid of ``C``, walking from ``assign``.
+
+    k-means leaves a row in the list it was assigned to before its centroid's last move
+    (the final pass assigns, then moves every centroid to its members' mean): a few percent
+    of the rows then sit outside their nearest list. This pass (one step over all rows,
+    more for the few that move) puts them in it, as the distributed build's workers do.
+    ``neigh``: the centroid graph (:func:`centroid_neighbourhoods`), computed if not given.
+    ``X`` is read in blocks (memmap fine).
+    """
+    C = np.ascontiguousarray(C, dtype=np.float32)
+    if neigh is None:
+        neigh = _neighbourhoods(C, NEIGHBOURHOOD_SIZE)
+    out = np.empty(X.shape[0], dtype=np.int32)
+    for start, stop, Xb in _row_blocks(X):
+        out[start:stop] = walk_to_nearest(Xb, C, assign[start:stop], neigh)
+    return out
 
 
 def nearest_centroid(X, centroids) -> np.ndarray:

@@ -70,8 +70,15 @@ def soar_assign(
         )
     if k == 1:
         return np.full(n, -1, dtype=np.int32)
+    return soar_with_graph(X, C, primary, lam, _neighbourhoods(C, neighbours))
+
+
+def soar_with_graph(X, C, primary, lam: float, neigh: np.ndarray) -> np.ndarray:
+    """:func:`soar_assign` with the centroid graph given (``neigh``, as
+    :func:`~bbqlib.index.clustering.centroid_neighbourhoods` makes it) and no validation:
+    for a build that computed the graph already (float32 ``C``, ``k > 1``)."""
+    n, k = X.shape[0], C.shape[0]
     primary = primary.astype(np.int32, copy=False)
-    neigh = _neighbourhoods(C, neighbours)
     out = np.empty(n, dtype=np.int32)
     for start, stop, Xb in _row_blocks(X):
         rows, starts, groups = _groups(primary[start:stop], k)
