@@ -24,9 +24,9 @@ from .policy import parallel_kernel, prange
 from .saq import _raw, _segment_dot
 from .saq_fastscan import _block_keys, _gather, _rescore, block_dots
 
-# The kernels below inline saq_fastscan's helpers, but their disk cache keys on this file's
-# hash only: after changing an inlined helper, change this file too (as here, for
-# _gather's buffer growth), or the cached machine code keeps the old helper.
+# The kernels below inline saq_fastscan's helpers: their disk cache entries are stamped with
+# every module of this package (bbqlib._kernels.cache.folder_stamp), so they recompile when
+# saq_fastscan.py changes.
 from .scoring import _offer, _offer_entries
 
 __all__ = ["entry_totals", "pair_terms", "ivf_scan_saq", "ivf_fastscan_saq"]
