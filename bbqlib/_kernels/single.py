@@ -371,9 +371,6 @@ def rerank_sqdists(query2, vectors, cand, k, pad):
     return _best_k(raw[0], cand, True, k, pad)
 
 
-_EMPTY_LISTS = np.empty(0, dtype=np.int32)
-
-
 @kernel
 def ivf_search_fused(
     x, cosine, unit_only, max_sq, unit_tol, qp,
@@ -381,7 +378,7 @@ def ivf_search_fused(
     pcodes, pfactors, pcc, pradius, child_order, child_offsets, want,
     centroids, bits, lam, is_l2, width, list_start, list_block_start, blocks, df, ids,
     list_cc, planes, pairs, dim, allowed, heap, depth, lists_ok,
-    vectors, rerank, k, pad, rows_ok, block_rows,
+    vectors, rerank, k, pad, rows_ok, block_rows, out_raw, out_rows,
 ):  # fmt: skip
     """One IVF query, every step in one call (one release of the GIL per query, which is
     what lets Python threads issuing single queries scale): :func:`prepare_one` into
@@ -389,39 +386,50 @@ def ivf_search_fused(
     :func:`ivf_lut_one`, and with ``rerank`` the exact :func:`rerank_sqdists` (``is_l2``)
     or :func:`rerank_dots`.
 
-    Returns ``(status, lists, keys, rows, entries, raw, out_rows)``. ``status`` 0: done
-    (``raw``/``out_rows`` [1, k] when reranked); 1: the query breaks a rule (not finite,
-    beyond ``max_sq``, zero under ``cosine``, not unit under ``unit_only``; the caller's
-    general path raises); 2: a planned list is not in ``lists_ok`` (its CRC32 is unchecked:
-    ``lists`` returned, nothing scanned); 3: a candidate row's block is not in ``rows_ok``
-    (``keys``/``rows`` returned, not reranked).
+    The results go to the caller's ``out_raw`` float64 [1, k] and ``out_rows`` int64
+    [1, k], as ``rerank_finish`` makes them: the exact values with ``rerank``, else the
+    estimates (``-key`` for distances), ``pad`` / ``-1`` where none. Only scalars are
+    returned, ``(status, lists visited, entries scored)``: each array handed back to Python
+    costs about 0.5 µs with the GIL held. ``status`` 0: done; 1: the query breaks a rule
+    (not finite, beyond ``max_sq``, zero under ``cosine``, not unit under ``unit_only``; the
+    caller's general path raises); 2: a planned list is not in ``lists_ok`` (its CRC32 is
+    unchecked: nothing scanned); 3: a candidate row's block is not in ``rows_ok`` (not
+    reranked). After 2 or 3 the caller takes the steps one call at a time, checking between
+    them; ``qp`` holds the prepared query from status 2 on.
     """
-    none_f = np.empty(0, dtype=np.float64)
-    none_i = np.empty(0, dtype=np.int64)
-    none_raw = np.empty((1, 0), dtype=np.float64)
-    none_rows = np.empty((1, 0), dtype=np.int64)
     sq = prepare_one(x, cosine, qp)
     if not sq <= max_sq or (cosine and sq == 0.0) or (unit_only and abs(sq - 1.0) > unit_tol):
-        return 1, _EMPTY_LISTS, none_f, none_i, 0, none_raw, none_rows
+        return 1, 0, 0
     q2 = qp.reshape((1, qp.shape[0]))
     lists = ivf_plan_two(
         q2, g, gg, codes, factors, cc, sizes, plan_bits, iters, plan_lam, plan_l2, by_distance,
         need, pcodes, pfactors, pcc, pradius, child_order, child_offsets, want,
     )  # fmt: skip
-    for p in range(lists.shape[0]):
+    n_lists = lists.shape[0]
+    for p in range(n_lists):
         if not lists_ok[lists[p]]:
-            return 2, lists, none_f, none_i, 0, none_raw, none_rows
+            return 2, n_lists, 0
     keys, rows, entries = ivf_lut_one(
         q2, centroids, lists, bits, lam, is_l2, width, list_start, list_block_start, blocks,
         df, ids, list_cc, planes, pairs, dim, allowed, heap, depth,
     )  # fmt: skip
     if not rerank:
-        return 0, lists, keys, rows, entries, none_raw, none_rows
+        m = min(k, rows.shape[0])
+        for r in range(k):
+            if r < m and rows[r] >= 0:
+                out_raw[0, r] = -keys[r] if is_l2 else keys[r]
+                out_rows[0, r] = rows[r]
+            else:
+                out_raw[0, r] = pad
+                out_rows[0, r] = -1
+        return 0, n_lists, entries
     for j in range(rows.shape[0]):
         if rows[j] >= 0 and not rows_ok[rows[j] // block_rows]:
-            return 3, lists, keys, rows, entries, none_raw, none_rows
+            return 3, n_lists, entries
     if is_l2:
-        raw, out_rows = rerank_sqdists(q2, vectors, rows, k, pad)
+        raw, best = rerank_sqdists(q2, vectors, rows, k, pad)
     else:
-        raw, out_rows = rerank_dots(q2, vectors, rows, k, pad)
-    return 0, lists, keys, rows, entries, raw, out_rows
+        raw, best = rerank_dots(q2, vectors, rows, k, pad)
+    out_raw[:] = raw
+    out_rows[:] = best
+    return 0, n_lists, entries

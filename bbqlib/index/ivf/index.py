@@ -258,7 +258,6 @@ class IVFIndex(GuardedWrites):
         W.delete_ids(self, ids)
 
     # ------------------------------------------------------------------ searching
-    @thread_scope
     def search(
         self,
         queries,
@@ -299,6 +298,7 @@ class IVFIndex(GuardedWrites):
         with self._guard.reading():  # one query: the single-query path (single.py)
             return _one(self, queries, k, visit_percentage, oversample, rerank, filter, scores)
 
+    @thread_scope  # the batch path caps its kernels' threads by its amount of work
     def _search(self, queries, k, visit_percentage, oversample, rerank, filter, scores):
         return S.search_batch(self, queries, k, visit_percentage, oversample, rerank, filter,
                               scores)  # fmt: skip

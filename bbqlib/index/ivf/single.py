@@ -10,9 +10,9 @@ An index without a transform answers in one call
 (:func:`bbqlib._kernels.single.ivf_search_fused`), which releases the GIL once per query;
 with parent centroids (more than 256 lists) its plan is the compiled two-level walk
 (:func:`bbqlib._kernels.single.ivf_plan_two`, the lists ``plan_batch`` picks). The others
-(a transform, float16 / int8 rows) take the steps one call at a time; a query whose lists
-or rows have unchecked CRC32s (an index opened from files, until each block has been read
-once) stops, has them checked, and is repeated.
+(a transform, float16 / int8 rows) take the steps one call at a time, as does a query whose
+lists or rows have unchecked CRC32s (an index opened from files, until each block has been
+read once): the fused call stops there, and the steps check them between calls.
 """
 
 from __future__ import annotations
@@ -64,12 +64,15 @@ def _state(index):
     postings = index._postings
     segments = index._segments
     first = segments[0] if segments else None
-    key = (postings, segments, len(segments), index._table, index._C, first)
     cached = getattr(index, "_single_state", None)
-    if cached is not None:
+    if cached is not None:  # what a write replaces: compared by identity, every query
         old = cached[0]
-        if old[2] == key[2] and all(old[i] is key[i] for i in (0, 1, 3, 4, 5)):
+        if (
+            old[0] is postings and old[1] is segments and old[2] == len(segments)
+            and old[3] is index._table and old[4] is index._C and old[5] is first
+        ):  # fmt: skip
             return cached[1]
+    key = (postings, segments, len(segments), index._table, index._C, first)
     state = False
     q = index.quantizer
     if lut_osq(q) and len(index._segments) == 1:
@@ -231,41 +234,36 @@ def _lists_ok(postings) -> np.ndarray:
 
 
 def _fused(index, state, x, call):
-    """The steps in one compiled call. Where the call stops at a list or a block of rows
-    whose CRC32 is unchecked (an index opened from files, at its first read of them), the
-    check runs and the call is repeated: the same query, the same result, and no other
-    kernel to load at start-up."""
-    _, k, depth, heap, pad, rerank, _, (sim, scores, head, tail) = call
+    """The steps in one compiled call, writing the results into two new arrays. Where the
+    call stops at a list or a block of rows whose CRC32 is unchecked (an index opened from
+    files, at its first read of them), the steps run one call at a time with the checks
+    between them: the same query, the same result, and no other kernel to load at start-up
+    once every block has been read."""
+    _, k, depth, heap, pad, rerank, plan, (sim, scores, head, tail) = call
     qp = np.empty_like(x) if head[0] else x
     blocks = state["segment"].blocks if rerank else None
     rows_ok, block_rows = _ALL_ROWS_OK, _ONE_BLOCK
     if blocks is not None:
         rows_ok, block_rows = blocks._checked, blocks.block_rows
-    for _ in range(3):  # the lists checked, then the rows, then done
-        status, lists, keys, rows, entries, raw, out_rows = KO.ivf_search_fused(
-            x, *head, qp, *tail, rows_ok, block_rows
-        )
-        if status == 0:
-            break
-        if status == 1:
-            return None  # the general path raises the error
-        if status == 2:
-            _check_lists(index._postings, lists, state)  # marks them in ``lists_ok``
-        else:
-            state["segment"].check_rows(rows[rows >= 0])  # marks their blocks in ``rows_ok``
-    else:  # a check that did not mark what it checked: never expected, kept safe
+    raw = np.empty((1, k))
+    rows = np.empty((1, k), dtype=np.int64)
+    status, n_lists, entries = KO.ivf_search_fused(
+        x, *head, qp, *tail, rows_ok, block_rows, raw, rows
+    )
+    if status == 1:
+        return None  # the general path raises the error
+    if status != 0:  # unchecked CRC32s: plan again, and check between the steps
         Qp = qp.reshape(1, -1)
+        lists = KO.ivf_plan_two(Qp, *plan)
         return _scan_finish(index, state, Qp, Qp, lists, k, heap, depth, rerank, scores)
-    _set_stats(index, lists, entries, depth)
-    if not rerank:
-        return _finish(index, state, qp.reshape(1, -1), keys, rows, k, sim, False, scores)
-    return finish_scores(raw, out_rows, sim, pad, scores), index._row_ids.of_rows(out_rows)
+    _set_stats(index, n_lists, entries, depth)
+    return finish_scores(raw, rows, sim, pad, scores), index._row_ids.of_rows(rows)
 
 
-def _set_stats(index, lists, entries, depth) -> None:
+def _set_stats(index, n_lists, entries, depth) -> None:
     ntotal = index._ntotal
     index.last_search_stats = {
-        "lists_visited": float(lists.size),
+        "lists_visited": float(n_lists),
         "entries_scored": float(entries),
         "visited_fraction": entries / max(1, 2 * ntotal),
         "depth": depth,
@@ -282,7 +280,7 @@ def _scan_finish(index, state, Qp, Qt, lists, k, heap, depth, rerank, scores):
         Qt, state["C"], lists, q.encoding_.query_bits, q.lam, state["is_l2"], state["width"],
         *state["docs"], heap, depth,
     )  # fmt: skip
-    _set_stats(index, lists, entries, depth)
+    _set_stats(index, lists.size, entries, depth)
     return _finish(index, state, Qp, keys, rows, k, q.similarity_, rerank, scores)
 
 
