@@ -239,7 +239,8 @@ def _systems(X, similarity="cosine", cache: Path | None = None):
     )  # fmt: skip
     if not GRAPHS:
         return out
-    hn = peers.hnswlib_hnsw(X, similarity, M=16, ef_construction=200)
+    hsaved = None if cache is None else cache / "hnswlib-M16-efC200"
+    hn = peers.hnswlib_hnsw(X, similarity, M=16, ef_construction=200, saved=hsaved)
 
     def hn_set(e):
         hn.set_search_params(ef=e)
