@@ -5,7 +5,7 @@ Engines call a library one query at a time; the batch path's per-call work in Py
 ``lexsort``) then costs more than the scan. These kernels run a single query's steps in one
 compiled call each, on the calling thread, by calling the *same* compiled bodies the batch
 kernels use (``_quantize_range``, ``_scan_lut_range``, the serial twins of
-``quantize_pairs``, ``ivf_scan_lut``, ``estimate_bytes`` and ``dedup_topk_rows``), so their
+``quantize_pairs``, ``ivf_scan_lut``, ``estimate_bytes7`` and ``dedup_topk_rows``), so their
 results are bit for bit the batch path's:
 
 * :func:`prepare_one`: the finiteness check and squared norm of one float32 row (and the
@@ -44,6 +44,7 @@ from .osq import _quantize_range
 from .policy import kernel
 from .rerank import _dots_range, _sqdists_range
 from .scoring import _block_keys, _offer, byte_dot
+from .vnni import estimate_bytes7
 
 __all__ = [
     "prepare_one",
@@ -64,7 +65,7 @@ _ZERO = np.int64(0)
 _ONE = np.int64(1)
 
 # The single-threaded twins of the batch kernels (numba dispatchers, callable from here).
-_estimate_bytes = KS.estimate_bytes.serial
+_estimate_bytes = estimate_bytes7.serial  # the plan's 7-bit centroid codes
 _quantize_pairs = KI.quantize_pairs.serial
 _ivf_scan_lut = ivf_scan_lut.serial
 _dedup_topk_rows = KI.dedup_topk_rows.serial

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..._kernels import ivf as KI
 from ..._kernels import scoring as KS
+from ..._kernels import vnni as KV
 from ..._validation import row_sq_norms
 from ...quantizers.osq import DEFAULT_ITERS, quantize_rows
 
@@ -132,7 +133,7 @@ def _query_codes_g(Qt: np.ndarray, table: CentroidTable, is_l2: bool):
 
 def _dense_keys(qb, qf, codes, factors, gg, is_l2) -> np.ndarray:
     out = np.empty((qb.shape[0], codes.shape[0]), dtype=np.float64)
-    KS.estimate_bytes(qb, qf, codes, factors, qb.shape[1], gg, is_l2, out)
+    KV.estimate_bytes7(qb, qf, codes, factors, qb.shape[1], gg, is_l2, out)  # 7-bit codes
     return -out if is_l2 else out
 
 
