@@ -379,6 +379,7 @@ def _fused_args(index, x, need, depth, lists_ok=None, rows_ok=None, block_rows=2
         q.encoding_.query_bits, q.lam, state["is_l2"], state["width"], *state["docs"],
         2 * depth, depth, lists_ok, state["vectors"], True, 10, -np.inf, rows_ok,
         np.int64(block_rows), np.full((1, 10), np.nan), np.full((1, 10), -7, np.int64),
+        np.full(index.n_lists, -5, np.int32), np.full(depth, -5, np.int64),
     )  # fmt: skip
 
 
@@ -392,7 +393,7 @@ def test_ivf_fused_equals_its_steps(similarity, make_vectors):
     for i, need in [(0, 100.0), (1, 400.0), (2, 1e9)]:
         x = np.ascontiguousarray(Q[i], dtype=np.float32)
         qp, args = _fused_args(index, x, need, 15)
-        raw, out_rows = args[-2:]
+        raw, out_rows = args[-4:-2]
         status, n_lists, entries = KO.ivf_search_fused(*args)
         assert status == 0
         Qp = qp.reshape(1, -1)
@@ -409,25 +410,30 @@ def test_ivf_fused_equals_its_steps(similarity, make_vectors):
         np.testing.assert_array_equal(raw, ref_raw)
         np.testing.assert_array_equal(out_rows, ref_out)
         # without rerank: the estimates as ``rerank_finish`` makes them
-        args = (*args[:-7], False, *args[-6:-2], np.full((1, 10), np.nan),
-                np.full((1, 10), -7, np.int64))  # fmt: skip
+        args = (*args[:-9], False, *args[-8:-4], np.full((1, 10), np.nan),
+                np.full((1, 10), -7, np.int64), *args[-2:])  # fmt: skip
         assert KO.ivf_search_fused(*args)[0] == 0
         sim = q.similarity_
         ref = rerank_finish(Qp, None, ref_keys, ref_rows, 10, sim, False, "raw")
-        np.testing.assert_array_equal(args[-2].astype(np.float32), ref[0])
-        np.testing.assert_array_equal(args[-1], ref[1])
-        # an unchecked list among the planned ones: nothing scanned, nothing written
+        np.testing.assert_array_equal(args[-4].astype(np.float32), ref[0])
+        np.testing.assert_array_equal(args[-3], ref[1])
+        assert (args[-2] == -5).all() and (args[-1] == -5).all()  # nothing to check: untouched
+        # an unchecked list among the planned ones: nothing scanned, the lists handed back
         unchecked = np.ones(index.n_lists, dtype=bool)
         unchecked[ref_lists[-1]] = False
         _, args = _fused_args(index, x, need, 15, lists_ok=unchecked)
         assert KO.ivf_search_fused(*args) == (2, ref_lists.size, 0)
-        assert np.isnan(args[-2]).all() and (args[-1] == -7).all()
-        # an unchecked block among the candidates' rows: not reranked
+        assert np.isnan(args[-4]).all() and (args[-3] == -7).all()
+        np.testing.assert_array_equal(args[-2][: ref_lists.size], ref_lists)
+        no_room = (*args[:-2], np.empty(0, np.int32), np.empty(0, np.int64))
+        assert KO.ivf_search_fused(*no_room) == (2, ref_lists.size, 0)
+        # an unchecked block among the candidates' rows: not reranked, the rows handed back
         blocks = np.ones(index.ntotal, dtype=bool)
         blocks[ref_rows[ref_rows >= 0][-1]] = False
         _, args = _fused_args(index, x, need, 15, rows_ok=blocks, block_rows=1)
         assert KO.ivf_search_fused(*args) == (3, ref_lists.size, ref_entries)
-        assert np.isnan(args[-2]).all() and (args[-1] == -7).all()
+        assert np.isnan(args[-4]).all() and (args[-3] == -7).all()
+        np.testing.assert_array_equal(args[-1], ref_rows)
     # a query the general path rejects: status 1, nothing else done
     bad = [np.full(24, np.nan, np.float32), np.full(24, 1e30, np.float32)]
     if similarity == "cosine":
@@ -460,8 +466,8 @@ def test_ivf_single_query_takes_one_call(make_vectors, monkeypatch, tmp_path):
     for _ in range(2):
         for i in range(len(Q)):
             _same(opened.search(Q[i], 10), (batch[0][i], batch[1][i]))
-    # lists, then rows, checked at their first read, by the steps called one at a time
-    assert 2 in calls and set(calls) <= {0, 2, 3}
+    assert 2 in calls and 3 in calls  # lists, then rows, checked at their first read
+    assert calls.count(0) == 2 * len(Q)  # ... and the call repeated
     opened.verify()  # everything checked: one call per query from now on
     calls.clear()
     for i in range(len(Q)):

@@ -379,7 +379,7 @@ def ivf_search_fused(
     pcodes, pfactors, pcc, pradius, child_order, child_offsets, want,
     centroids, bits, lam, is_l2, width, list_start, list_block_start, blocks, df, ids,
     list_cc, planes, pairs, dim, allowed, heap, depth, lists_ok,
-    vectors, rerank, k, pad, rows_ok, block_rows, out_raw, out_rows,
+    vectors, rerank, k, pad, rows_ok, block_rows, out_raw, out_rows, out_lists, out_cands,
 ):  # fmt: skip
     """One IVF query, every step in one call (one release of the GIL per query, which is
     what lets Python threads issuing single queries scale): :func:`prepare_one` into
@@ -394,9 +394,11 @@ def ivf_search_fused(
     costs about 0.5 µs with the GIL held. ``status`` 0: done; 1: the query breaks a rule
     (not finite, beyond ``max_sq``, zero under ``cosine``, not unit under ``unit_only``; the
     caller's general path raises); 2: a planned list is not in ``lists_ok`` (its CRC32 is
-    unchecked: nothing scanned); 3: a candidate row's block is not in ``rows_ok`` (not
-    reranked). After 2 or 3 the caller takes the steps one call at a time, checking between
-    them; ``qp`` holds the prepared query from status 2 on.
+    unchecked: nothing scanned; the planned lists go to ``out_lists`` int32 when it has room
+    for them); 3: a candidate row's block is not in ``rows_ok`` (not reranked; the candidate
+    rows go to ``out_cands`` int64, ``-1`` padded, when it has room). The caller then checks
+    them and calls again (an index opened from files, at its first reads), passing empty
+    ``out_lists`` / ``out_cands`` otherwise.
     """
     sq = prepare_one(x, cosine, qp)
     if not sq <= max_sq or (cosine and sq == 0.0) or (unit_only and abs(sq - 1.0) > unit_tol):
@@ -409,6 +411,8 @@ def ivf_search_fused(
     n_lists = lists.shape[0]
     for p in range(n_lists):
         if not lists_ok[lists[p]]:
+            if out_lists.shape[0] >= n_lists:
+                out_lists[:n_lists] = lists
             return 2, n_lists, 0
     keys, rows, entries = ivf_lut_one(
         q2, centroids, lists, bits, lam, is_l2, width, list_start, list_block_start, blocks,
@@ -424,8 +428,12 @@ def ivf_search_fused(
                 out_raw[0, r] = pad
                 out_rows[0, r] = -1
         return 0, n_lists, entries
-    for j in range(rows.shape[0]):
+    m = rows.shape[0]
+    for j in range(m):
         if rows[j] >= 0 and not rows_ok[rows[j] // block_rows]:
+            if out_cands.shape[0] >= m:
+                out_cands[:m] = rows
+                out_cands[m:] = -1
             return 3, n_lists, entries
     if is_l2:
         raw, best = rerank_sqdists(q2, vectors, rows, k, pad)

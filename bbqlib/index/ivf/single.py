@@ -10,9 +10,9 @@ An index without a transform answers in one call
 (:func:`bbqlib._kernels.single.ivf_search_fused`), which releases the GIL once per query;
 with parent centroids (more than 256 lists) its plan is the compiled two-level walk
 (:func:`bbqlib._kernels.single.ivf_plan_two`, the lists ``plan_batch`` picks). The others
-(a transform, float16 / int8 rows) take the steps one call at a time, as does a query whose
-lists or rows have unchecked CRC32s (an index opened from files, until each block has been
-read once): the fused call stops there, and the steps check them between calls.
+(a transform, float16 / int8 rows) take the steps one call at a time. A query whose lists
+or rows have unchecked CRC32s (an index opened from files, until each block has been read
+once) stops, has them checked, and is repeated.
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ _EMPTY_MASK = np.empty(0, np.uint8)
 # The rows' block mask of float vectors without block CRC32s: one block beyond any row.
 _ALL_ROWS_OK = np.ones(1, dtype=bool)
 _ONE_BLOCK = np.int64(2**62)
+# No room for the lists or candidate rows to check (``ivf_search_fused``): the usual call.
+_NO_LISTS = np.empty(0, dtype=np.int32)
+_NO_ROWS = np.empty(0, dtype=np.int64)
 
 
 def _parents(table, dim: int) -> tuple:
@@ -236,9 +239,9 @@ def _lists_ok(postings) -> np.ndarray:
 def _fused(index, state, x, call):
     """The steps in one compiled call, writing the results into two new arrays. Where the
     call stops at a list or a block of rows whose CRC32 is unchecked (an index opened from
-    files, at its first read of them), the steps run one call at a time with the checks
-    between them: the same query, the same result, and no other kernel to load at start-up
-    once every block has been read."""
+    files, at its first read of them), it is called again with room for those lists or rows,
+    they are checked, and it is called once more: the same query, the same result, and no
+    other kernel to load at start-up."""
     _, k, depth, heap, pad, rerank, plan, (sim, scores, head, tail) = call
     qp = np.empty_like(x) if head[0] else x
     blocks = state["segment"].blocks if rerank else None
@@ -247,12 +250,23 @@ def _fused(index, state, x, call):
         rows_ok, block_rows = blocks._checked, blocks.block_rows
     raw = np.empty((1, k))
     rows = np.empty((1, k), dtype=np.int64)
-    status, n_lists, entries = KO.ivf_search_fused(
-        x, *head, qp, *tail, rows_ok, block_rows, raw, rows
-    )
-    if status == 1:
-        return None  # the general path raises the error
-    if status != 0:  # unchecked CRC32s: plan again, and check between the steps
+    lists, cands = _NO_LISTS, _NO_ROWS
+    for _ in range(5):  # lists, then rows: each stop once without room, once with it
+        status, n_lists, entries = KO.ivf_search_fused(
+            x, *head, qp, *tail, rows_ok, block_rows, raw, rows, lists, cands
+        )
+        if status == 0:
+            break
+        if status == 1:
+            return None  # the general path raises the error
+        if lists.size == 0:  # what to check did not fit: again, with room for it
+            lists = np.empty(state["sizes"].shape[0], dtype=np.int32)
+            cands = np.empty(depth, dtype=np.int64)
+        elif status == 2:
+            _check_lists(index._postings, lists[:n_lists], state)  # marks ``lists_ok``
+        else:
+            state["segment"].check_rows(cands[cands >= 0])  # marks their blocks in ``rows_ok``
+    else:  # a check that did not mark what it checked: never expected, kept safe
         Qp = qp.reshape(1, -1)
         lists = KO.ivf_plan_two(Qp, *plan)
         return _scan_finish(index, state, Qp, Qp, lists, k, heap, depth, rerank, scores)
