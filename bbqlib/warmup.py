@@ -28,6 +28,32 @@ def _runtime() -> None:
     row_sq_norms(np.ones((1, 8), dtype=np.float32))
 
 
+def _saved_index_kernels() -> None:
+    """The single-query kernels of saved indexes with the default quantizer (BBQ at 1-4 bits,
+    float32 vectors, any similarity): one query of a 64-vector probe of each kind, saved and
+    opened in a temporary folder. An opened index's arrays are read-only maps, whose kernels
+    are compiled apart from an in-memory index's, so the probes go through a file."""
+    import tempfile
+    from pathlib import Path
+
+    from ._load import load
+    from .index.flat import FlatIndex
+    from .index.ivf import IVFIndex
+
+    X = np.random.default_rng(0).normal(size=(64, 16)).astype(np.float32)
+    with tempfile.TemporaryDirectory(prefix="bbqlib-warmup-") as tmp:
+        folder = Path(tmp)
+        for similarity in ("cosine", "euclidean"):  # a flat rerank by dots or distances
+            flat = FlatIndex(bits=1, similarity=similarity)
+            flat.add(X)
+            flat.save(folder / f"{similarity}.bbq")
+            load(folder / f"{similarity}.bbq").search(X[0], k=10)
+        ivf = IVFIndex(bits=1, similarity="cosine")
+        ivf.add(X)
+        ivf.save(folder / "ivf")
+        IVFIndex.open(folder / "ivf").search(X[0], k=10)
+
+
 def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
     """Compile or load every kernel ``index.search`` uses, before the first query.
 
@@ -38,8 +64,11 @@ def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
 
     Without an index it does what every process pays once, at its first kernel call:
     numba's code-generation target is initialized (its first use imports numba's array
-    library and SciPy's BLAS bindings, about half a second) and numba's thread pool starts.
-    A server can call ``bbqlib.warmup()`` at start-up, then open its indexes.
+    library and SciPy's BLAS bindings, about half a second) and numba's thread pool starts;
+    then it loads the single-query kernels of saved indexes with the default quantizer (BBQ,
+    float32 vectors), through a small probe index of each kind saved in a temporary folder.
+    A server can call ``bbqlib.warmup()`` at start-up, then open its indexes: their first
+    single query loads no kernel (``warmup(index)`` covers any other index, and batches).
 
     Parameters
     ----------
@@ -68,6 +97,7 @@ def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
     t0 = time.perf_counter()
     _runtime()
     if index is None:
+        _saved_index_kernels()
         return time.perf_counter() - t0
     if not hasattr(index, "search"):
         raise TypeError(f"index must be a bbqlib index, got {type(index).__name__}")

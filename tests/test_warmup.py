@@ -16,6 +16,29 @@ def test_warmup_without_index_starts_the_runtime():
     assert policy.threading_layer() in ("tbb", "omp", "workqueue")
 
 
+@pytest.mark.parametrize("similarity", ["cosine", "euclidean", "max_inner_product"])
+def test_warmup_without_index_loads_what_a_saved_index_queries_with(
+    similarity, make_vectors, tmp_path
+):
+    """After ``bbqlib.warmup()``, the first single query of a saved default index (any
+    similarity, bits 1-4, opened from its files) compiles or loads no kernel."""
+    bbqlib.warmup()
+    X = make_vectors(900, 24, kind="clustered", seed=8)
+    for bits in (1, 4):
+        flat = bbqlib.FlatIndex(bits=bits, similarity=similarity)
+        flat.add(X)
+        flat.save(tmp_path / f"flat{bits}.bbq")
+        ivf = bbqlib.IVFIndex(bits=bits, similarity=similarity, cluster_size=64)
+        ivf.add(X)
+        ivf.save(tmp_path / f"ivf{bits}")
+    kernels = [getattr(KO, name) for name in KO.__all__]
+    before = [len(k.signatures) for k in kernels]
+    for bits in (1, 4):
+        bbqlib.load(tmp_path / f"flat{bits}.bbq").search(X[0], k=10)
+        bbqlib.IVFIndex.open(tmp_path / f"ivf{bits}", preload=True).search(X[1], k=10)
+    assert [len(k.signatures) for k in kernels] == before
+
+
 # The IVF case prepares the single-threaded kernels only: compiling every multi-threaded IVF
 # kernel on an empty cache costs about a minute of CI (the flat case covers batch=True).
 @pytest.mark.parametrize("kind, batch", [("flat", True), ("ivf", False)])
