@@ -97,7 +97,10 @@ def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
     t0 = time.perf_counter()
     _runtime()
     if index is None:
-        _saved_index_kernels()
+        try:
+            _saved_index_kernels()
+        except OSError:  # no writable temporary folder: the first queries load them instead
+            pass
         return time.perf_counter() - t0
     if not hasattr(index, "search"):
         raise TypeError(f"index must be a bbqlib index, got {type(index).__name__}")
