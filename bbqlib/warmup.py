@@ -30,28 +30,38 @@ def _runtime() -> None:
 
 def _saved_index_kernels() -> None:
     """The single-query kernels of saved indexes with the default quantizer (BBQ at 1-4 bits,
-    float32 vectors, any similarity): one query of a 64-vector probe of each kind, saved and
-    opened in a temporary folder. An opened index's arrays are read-only maps, whose kernels
-    are compiled apart from an in-memory index's, so the probes go through a file."""
+    float32 vectors, any similarity), where the disk cache holds them (a process of this
+    user has run such queries before): one query of a 64-vector probe of each kind, saved
+    and opened in a temporary folder. An opened index's arrays are read-only maps, whose
+    kernels are compiled apart from an in-memory index's, so the probes go through a file.
+    On an empty cache nothing is compiled here (it would be tens of seconds, for kinds of
+    index the process may never open)."""
     import tempfile
     from pathlib import Path
 
+    from ._kernels import single as KO
+    from ._kernels.cache import has_entries
     from ._load import load
     from .index.flat import FlatIndex
     from .index.ivf import IVFIndex
 
+    flat = has_entries(KO.flat_lut_one)
+    ivf = has_entries(KO.ivf_search_fused)
+    if not (flat or ivf):
+        return
     X = np.random.default_rng(0).normal(size=(64, 16)).astype(np.float32)
     with tempfile.TemporaryDirectory(prefix="bbqlib-warmup-") as tmp:
         folder = Path(tmp)
-        for similarity in ("cosine", "euclidean"):  # a flat rerank by dots or distances
-            flat = FlatIndex(bits=1, similarity=similarity)
-            flat.add(X)
-            flat.save(folder / f"{similarity}.bbq")
+        for similarity in ("cosine", "euclidean") if flat else ():  # rerank: dots, distances
+            probe = FlatIndex(bits=1, similarity=similarity)
+            probe.add(X)
+            probe.save(folder / f"{similarity}.bbq")
             load(folder / f"{similarity}.bbq").search(X[0], k=10)
-        ivf = IVFIndex(bits=1, similarity="cosine")
-        ivf.add(X)
-        ivf.save(folder / "ivf")
-        IVFIndex.open(folder / "ivf").search(X[0], k=10)
+        if ivf:
+            probe = IVFIndex(bits=1, similarity="cosine")
+            probe.add(X)
+            probe.save(folder / "ivf")
+            IVFIndex.open(folder / "ivf").search(X[0], k=10)
 
 
 def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
@@ -65,10 +75,11 @@ def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
     Without an index it does what every process pays once, at its first kernel call:
     numba's code-generation target is initialized (its first use imports numba's array
     library and SciPy's BLAS bindings, about half a second) and numba's thread pool starts;
-    then it loads the single-query kernels of saved indexes with the default quantizer (BBQ,
-    float32 vectors), through a small probe index of each kind saved in a temporary folder.
-    A server can call ``bbqlib.warmup()`` at start-up, then open its indexes: their first
-    single query loads no kernel (``warmup(index)`` covers any other index, and batches).
+    then, where bbqlib's kernel cache already holds them, it loads the single-query kernels
+    of saved indexes with the default quantizer (BBQ, float32 vectors), through a small probe
+    index of each kind saved in a temporary folder. A server can call ``bbqlib.warmup()`` at
+    start-up, then open its indexes: from its second start on, their first single query
+    loads no kernel (``warmup(index)`` covers any other index, and batches).
 
     Parameters
     ----------

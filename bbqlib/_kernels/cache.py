@@ -41,7 +41,7 @@ from numba.core.caching import (
 
 from .._version import __version__
 
-__all__ = ["cache_dir", "use_bbqlib_cache", "BbqlibCacheLocator"]
+__all__ = ["cache_dir", "has_entries", "use_bbqlib_cache", "BbqlibCacheLocator"]
 
 
 def _user_cache_root() -> Path:
@@ -53,6 +53,14 @@ def _user_cache_root() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
     return base / "bbqlib"
+
+
+def has_entries(dispatcher) -> bool:
+    """Whether the disk cache holds machine code of ``dispatcher`` (for any argument types):
+    its index file exists. False for kernels without a disk cache."""
+    cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
+    index = getattr(cache_file, "_index_path", None)
+    return index is not None and os.path.exists(index)
 
 
 def cache_dir() -> Path:
