@@ -436,8 +436,9 @@ def startup_section(args) -> tuple[list[str], list[str]]:
         "first one-query search; `steady` is the median of the next 100 one-query searches. "
         "`bbqlib.warmup()` (no index) starts numba's code-generation target and thread pool, "
         "which every process pays once at its first kernel call (most of it numba importing "
-        "its array library and SciPy's BLAS bindings); without it that cost lands in the "
-        "first result."
+        "its array library and SciPy's BLAS bindings), and loads the single-query kernels of "
+        "saved default indexes that the kernel cache holds (a probe index of each kind); "
+        "without it those costs land in the first result."
     )
     return tables, notes
 
