@@ -26,7 +26,7 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
 from .policy import kernel, parallel_kernel, prange
-from .scoring import BYTE_RUN, _raw, byte_dot
+from .scoring import BYTE_RUN, _raw, byte_dot, estimate_bytes
 
 __all__ = ["HAS_VNNI", "byte_dot7", "estimate_bytes7"]
 
@@ -126,14 +126,14 @@ if HAS_VNNI:
             return byte_dot(q, d)
         return _dot_vnni(q, d)
 
-else:
+    @parallel_kernel
+    def estimate_bytes7(qb, qf, db, df, dim, cc, is_l2, out):
+        """``estimate_bytes`` (raw estimates [nq, n]) for doc codes of values below 128
+        (the IVF plan's 7-bit centroid codes): the same integers, by :func:`byte_dot7`."""
+        for j in prange(db.shape[0]):
+            for q in range(qb.shape[0]):
+                out[q, j] = _raw(dim, df[j], qf[q], byte_dot7(qb[q], db[j]), cc, is_l2)
+
+else:  # the generic kernels themselves: nothing more to compile
     byte_dot7 = byte_dot
-
-
-@parallel_kernel
-def estimate_bytes7(qb, qf, db, df, dim, cc, is_l2, out):
-    """``estimate_bytes`` (raw estimates [nq, n]) for doc codes of values below 128 (the
-    IVF plan's 7-bit centroid codes): the same integers, by :func:`byte_dot7`."""
-    for j in prange(db.shape[0]):
-        for q in range(qb.shape[0]):
-            out[q, j] = _raw(dim, df[j], qf[q], byte_dot7(qb[q], db[j]), cc, is_l2)
+    estimate_bytes7 = estimate_bytes
