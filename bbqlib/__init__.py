@@ -23,6 +23,7 @@ from .quantizers import (
 )
 from .similarity import Similarity
 from .threads import get_num_threads, set_num_threads, thread_limit
+from .warmup import start_numba as _start_numba
 from .warmup import warmup
 
 __all__ = [
@@ -53,6 +54,8 @@ __all__ = [
     "warmup",
     "__version__",
 ]
+
+_start_numba()  # numba's once-per-process start, here rather than in the first query
 
 #: Public names whose modules load on first use (they are not needed to serve an index).
 _LAZY = {"calibrate": "calibration", "sizing": "calibration"}

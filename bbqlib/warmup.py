@@ -4,11 +4,38 @@ disk cache, loading machine code)."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ._kernels import policy
 
-__all__ = ["warmup"]
+__all__ = ["warmup", "start_numba"]
+
+#: Set to 1 to leave numba's start to the first kernel call (``import bbqlib`` is then
+#: about 0.3 s faster, and that call 0.3 s slower): for tools that import bbqlib without
+#: running a kernel.
+LAZY_START_ENV = "BBQLIB_LAZY_START"
+
+
+def start_numba() -> None:
+    """Start numba's code-generation target now, as ``import bbqlib`` does.
+
+    numba starts it at the first kernel call of a process, loading its implementation
+    registries (about 0.3 s, nearly all of it imports: numba's array library, and SciPy's
+    BLAS bindings, which numba checks for). Done at import, a server pays it before it
+    serves, and the first query of an opened index only loads its kernels. No numba setting
+    is changed and no thread pool is started. Skipped when ``BBQLIB_LAZY_START=1``; a
+    failure here is left for the first kernel call to report.
+    """
+    if os.environ.get(LAZY_START_ENV, "") == "1":
+        return
+    try:
+        from numba.core.registry import cpu_target
+
+        cpu_target.target_context.refresh()
+    except Exception:  # noqa: BLE001 - the first kernel call raises it with its context
+        pass
 
 
 def _probe_query(index) -> np.ndarray:
@@ -72,14 +99,15 @@ def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
     ``batch=True``, prepares the multi-threaded variants that large batches use, for the same
     argument types. Results and index are not changed.
 
-    Without an index it does what every process pays once, at its first kernel call:
-    numba's code-generation target is initialized (its first use imports numba's array
-    library and SciPy's BLAS bindings, about half a second) and numba's thread pool starts;
-    then, where bbqlib's kernel cache already holds them, it loads the single-query kernels
-    of saved indexes with the default quantizer (BBQ, float32 vectors), through a small probe
-    index of each kind saved in a temporary folder. A server can call ``bbqlib.warmup()`` at
-    start-up, then open its indexes: from its second start on, their first single query
-    loads no kernel (``warmup(index)`` covers any other index, and batches).
+    Without an index it starts numba's thread pool (``import bbqlib`` has already started
+    numba's code-generation target, :func:`start_numba`; with ``BBQLIB_LAZY_START=1`` this
+    does it) and then, where bbqlib's kernel cache already holds them, loads the
+    single-query kernels of saved indexes with the default quantizer (BBQ, float32 vectors),
+    through a small probe index of each kind saved in a temporary folder. Without it, the
+    first single query of an opened index loads its kernel (10-20 ms on this project's
+    machine); a server that calls ``bbqlib.warmup()`` at start-up, then opens its indexes,
+    loads none at their first query from its second start on (``warmup(index)`` covers any
+    other index, and batches).
 
     Parameters
     ----------

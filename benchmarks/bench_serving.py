@@ -434,11 +434,12 @@ def startup_section(args) -> tuple[list[str], list[str]]:
         "Warm start: each figure is a new Python process; the kernel cache was filled by a "
         "previous process. `open -> first result` is `bbqlib.load` / `IVFIndex.open` plus the "
         "first one-query search; `steady` is the median of the next 100 one-query searches. "
-        "`bbqlib.warmup()` (no index) starts numba's code-generation target and thread pool, "
-        "which every process pays once at its first kernel call (most of it numba importing "
-        "its array library and SciPy's BLAS bindings), and loads the single-query kernels of "
-        "saved default indexes that the kernel cache holds (a probe index of each kind); "
-        "without it those costs land in the first result."
+        "`import bbqlib` starts numba's code-generation target (numba would start it inside "
+        "the first kernel call; most of it is numba importing its array library and SciPy's "
+        "BLAS bindings), so the import figure includes it. `bbqlib.warmup()` (no index) starts "
+        "numba's thread pool and loads the single-query kernels of saved default indexes that "
+        "the kernel cache holds (a probe index of each kind); without it the first result "
+        "loads the index's kernel."
     )
     return tables, notes
 

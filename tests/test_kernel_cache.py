@@ -108,3 +108,89 @@ def test_entries_are_stamped_with_every_kernel_module(tmp_path):
     own, modules = locator.get_source_stamp()
     assert modules == cache.folder_stamp(cache._KERNELS_FOLDER)
     assert "saq_fastscan.py" in [name for name, _, _ in modules]
+
+
+def test_names_only_module_keeps_the_names_other_code_looks_up():
+    """The module an entry loads with defines exactly the non-private functions and globals
+    of the kernel's module (quoted names with any bytes survive), with no code."""
+    import llvmlite.binding as ll
+
+    full = ll.parse_assembly(
+        """
+        @"public.const" = global i32 7
+        @hidden = private constant [3 x i8] c"abc"
+        @"env$\\22q\\22" = common global ptr null
+        define linkonce_odr i32 @"f.odr"(i32 %x) {
+          %y = add i32 %x, 1
+          ret i32 %y
+        }
+        define internal i32 @helper(i32 %x) {
+          ret i32 %x
+        }
+        define i32 @"cfunc.entry"(i32 %x) {
+          %r = call i32 @helper(i32 %x)
+          ret i32 %r
+        }
+        declare i32 @external_decl(i32)
+        """
+    ).as_bitcode()
+    slim = ll.parse_bitcode(cache.names_only_bitcode(full))
+    functions = {f.name for f in slim.functions if not f.is_declaration}
+    variables = {g.name for g in slim.global_variables if not g.is_declaration}
+    assert functions == {"f.odr", "cfunc.entry"}
+    assert variables == {"public.const", 'env$"q"'}
+    assert all(len(list(f.blocks)) == 1 for f in slim.functions)
+
+
+_DEFINE = """
+from bbqlib._kernels import policy
+
+@policy.kernel
+def total(x):
+    s = 0.0
+    for v in x:
+        s += v
+    return s
+"""
+
+_LOAD_THEN_LINK = """
+import numba, numpy as np
+import kernels_under_test as K
+
+x = np.arange(10.0)
+print(K.total(x))
+library = next(iter(K.total.overloads.values())).library
+print(K.total.stats.cache_hits and 'hit' or 'miss', library._shared_module is None)
+
+@numba.njit
+def caller(x):  # compiled here: numba links the cached kernel's whole module into it
+    return 2.0 * K.total(x)
+
+print(caller(x), library._shared_module is not None)
+"""
+
+
+def test_cached_entries_load_without_their_module_and_still_link(tmp_path):
+    """A second process loads a kernel from its entry without parsing its LLVM module; a
+    kernel compiled there that calls it gets the whole module (parsed on demand)."""
+    (tmp_path / "kernels_under_test.py").write_text(_DEFINE)
+    env = _clean_env(
+        PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]),
+        BBQLIB_CACHE_DIR=str(tmp_path / "cache"),
+    )
+    runs = []
+    for _ in range(2):  # the first compiles and stores, the second loads
+        proc = subprocess.run(
+            [sys.executable, "-c", _LOAD_THEN_LINK],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            cwd=tmp_path,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(proc.stdout.split("\n"))
+    assert runs[0][0] == runs[1][0] == "45.0"
+    assert runs[0][1].split()[0] == "miss"
+    assert runs[1][1] == "hit True"  # loaded, its module not parsed
+    assert runs[1][2] == "90.0 True"  # linked into a new caller: parsed then

@@ -16,6 +16,26 @@ def test_warmup_without_index_starts_the_runtime():
     assert policy.threading_layer() in ("tbb", "omp", "workqueue")
 
 
+_IMPORT_ONLY = "import sys, bbqlib; print('numba.np.arraymath' in sys.modules)"
+
+
+@pytest.mark.parametrize("lazy", ["", "1"])
+def test_import_starts_numbas_target_unless_lazy(lazy):
+    """``import bbqlib`` loads numba's implementation registries (the once-per-process start
+    numba would otherwise run inside the first kernel call); ``BBQLIB_LAZY_START=1`` leaves
+    them for that call."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "BBQLIB_LAZY_START": lazy}
+    out = subprocess.run(
+        [sys.executable, "-c", _IMPORT_ONLY], capture_output=True, text=True, env=env,
+        check=True, timeout=300,
+    )  # fmt: skip
+    assert out.stdout.strip() == ("False" if lazy else "True"), out.stderr
+
+
 _FRESH_PROCESS = """
 import sys
 import numpy as np, bbqlib
