@@ -12,6 +12,18 @@ import pytest
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _single_query_paths_from_the_first_query():
+    """The single-query paths run from the first query: their tiering on an empty kernel
+    cache (``COMPILE_SINGLE_AFTER``) is tested on its own (tests/test_single_query.py)."""
+    from bbqlib.index import single
+
+    before = single.COMPILE_SINGLE_AFTER
+    single.COMPILE_SINGLE_AFTER = 0.0
+    yield
+    single.COMPILE_SINGLE_AFTER = before
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     """A fresh generator with a fixed seed for every test."""

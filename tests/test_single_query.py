@@ -473,3 +473,77 @@ def test_ivf_single_query_takes_one_call(make_vectors, monkeypatch, tmp_path):
     for i in range(len(Q)):
         _same(opened.search(Q[i], 10), (batch[0][i], batch[1][i]))
     assert calls == [0] * len(Q)
+
+
+class _Kernel:
+    """A stand-in dispatcher: nothing compiled in this process, no disk cache."""
+
+    signatures: list = []
+
+
+def test_tier_waits_for_compile_single_after_seconds_of_one_query_searches(monkeypatch):
+    """On an empty kernel cache one-query searches take the batch path (charged to the
+    tier; batches are not) until COMPILE_SINGLE_AFTER seconds, then the path opens."""
+    from bbqlib.index import single
+
+    monkeypatch.setattr(single, "COMPILE_SINGLE_AFTER", 0.05)
+    tier = single.SingleQueryTier(_Kernel())
+    assert not tier.ready()
+
+    def slow(queries, *args):
+        import time
+
+        time.sleep(0.03)
+        return queries.shape, args
+
+    batch = np.zeros((2, 8), np.float32)
+    assert tier.on_batch_path(slow, batch, 8, "k") == ((2, 8), ("k",))
+    assert tier.batch_seconds == 0.0 and not tier.ready()
+    tier.on_batch_path(slow, batch[0], 8)
+    assert 0.03 <= tier.batch_seconds < 0.05 and not tier.ready()
+    tier.on_batch_path(slow, batch[:1], 8)  # [1, d] is one query too
+    assert tier.ready()
+
+
+def test_tier_opens_when_the_kernel_is_compiled_or_cached():
+    from bbqlib.index import single
+
+    assert single.SingleQueryTier(KO.flat_lut_one).ready() is bool(
+        KO.flat_lut_one.signatures or single.has_entries(KO.flat_lut_one)
+    )
+    compiled = _Kernel()
+    compiled.signatures = [("float32",)]
+    assert single.SingleQueryTier(compiled).ready()
+    tier = single.SingleQueryTier(_Kernel())
+    tier.open()  # what warmup(index) does
+    assert tier.ready()
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+def test_a_closed_tier_answers_by_the_batch_path(kind, make_vectors, monkeypatch):
+    """Same results either way; the single path runs once the tier opens (warmup(index))."""
+    from bbqlib.index import flat as flat_module
+    from bbqlib.index import single
+
+    X = make_vectors(600, 24, kind="clustered", seed=3)
+    if kind == "flat":
+        index = bbqlib.FlatIndex(bits=1, similarity="cosine")
+        tier, module, name = single.FLAT_TIER, flat_module, "flat_search_one"
+    else:
+        index = bbqlib.IVFIndex(bits=1, similarity="cosine", cluster_size=64)
+        tier, module, name = single_ivf.IVF_TIER, single_ivf, "ivf_search_one"
+    index.add(X)
+    expected = index.search(X[5], k=10)
+    monkeypatch.setattr(single, "COMPILE_SINGLE_AFTER", 1e9)
+    monkeypatch.setattr(tier, "_kernel", _Kernel())
+    monkeypatch.setattr(tier, "_ready", False)
+    monkeypatch.setattr(tier, "batch_seconds", 0.0)
+    calls = []
+    real = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a: calls.append(1) or real(*a))
+    got = index.search(X[5], k=10)
+    assert calls == [] and tier.batch_seconds > 0.0
+    np.testing.assert_array_equal(got[1], expected[1])
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-6)
+    bbqlib.warmup(index, batch=False)
+    assert tier.ready() and calls

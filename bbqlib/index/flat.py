@@ -28,7 +28,7 @@ from ..scoring.stored import check_store_vectors, stored_exact_values, stored_ro
 from ._locks import IndexGuard
 from .flat_files import FORMAT_VERSION, read_flat, write_flat
 from .ids import RowIds, filter_rows
-from .single import flat_search_one
+from .single import FLAT_TIER, flat_search_one
 
 __all__ = ["FlatIndex", "FORMAT_VERSION"]
 
@@ -292,9 +292,16 @@ class FlatIndex:
             return self._search(queries, k, oversample, rerank, filter, scores)
 
     def _search(self, queries, k, oversample, rerank, filter, scores):
-        one = flat_search_one(self, queries, k, oversample, rerank, filter, scores)
-        if one is not None:  # one query: the fused single-query path (index/single.py)
-            return one
+        if FLAT_TIER.ready():
+            one = flat_search_one(self, queries, k, oversample, rerank, filter, scores)
+            if one is not None:  # one query: the fused single-query path (index/single.py)
+                return one
+        elif self.quantizer.is_fitted:  # its kernels not compiled yet (COMPILE_SINGLE_AFTER)
+            args = (k, oversample, rerank, filter, scores)
+            return FLAT_TIER.on_batch_path(self._search_batch, queries, self.quantizer.dim_, *args)
+        return self._search_batch(queries, k, oversample, rerank, filter, scores)
+
+    def _search_batch(self, queries, k, oversample, rerank, filter, scores):
         q = self.quantizer
         if not q.is_fitted:
             raise NotFittedError("this FlatIndex is empty; call add(X) first")

@@ -11,9 +11,12 @@ bad input). The results are the general path's, bit for bit: the same compiled b
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from .._kernels import single as KO
+from .._kernels.cache import has_entries
 from .._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE
 from ..encoding import padded_dim
 from ..quantizers import BBQQuantizer
@@ -21,6 +24,9 @@ from ..scoring import SCORE_KINDS, candidate_count, check_oversample, use_lut
 from ..similarity import Similarity, scores_from_raw
 
 __all__ = [
+    "COMPILE_SINGLE_AFTER",
+    "SingleQueryTier",
+    "FLAT_TIER",
     "one_query",
     "prepared_query",
     "lut_osq",
@@ -30,6 +36,52 @@ __all__ = [
 ]
 
 _EMPTY_MASK = np.empty(0, np.uint8)
+
+#: Tiered compilation of the single-query paths (docs/startup.md). A path's fused kernels
+#: cost 5-7 s to compile where the batch path's cost about 2 s (on this project's machine),
+#: so while neither this process nor the disk cache has them, one-query searches take the
+#: batch path, until that has cost this many seconds; then the next one compiles them.
+#: ``bbqlib.warmup(index)`` compiles them at once; tests set 0 (``tests/conftest.py``).
+COMPILE_SINGLE_AFTER = 2.0
+
+
+class SingleQueryTier:
+    """Whether a single-query path may run yet (see :data:`COMPILE_SINGLE_AFTER`).
+
+    ``kernel`` is the path's main kernel: once this process has compiled or loaded it, or
+    the disk cache holds any entry of it, the path runs (a new argument type may still
+    compile at its first query, as on the batch path).
+    """
+
+    def __init__(self, kernel):
+        self._kernel = kernel
+        self._ready = False
+        self.batch_seconds = 0.0  # one-query searches answered by the batch path meanwhile
+
+    def ready(self) -> bool:
+        if not self._ready:
+            k = self._kernel
+            self._ready = (
+                self.batch_seconds >= COMPILE_SINGLE_AFTER or bool(k.signatures) or has_entries(k)
+            )
+        return self._ready
+
+    def open(self) -> None:
+        """Let the path run (and compile) from now on: ``bbqlib.warmup(index)``."""
+        self._ready = True
+
+    def on_batch_path(self, search, queries, dim: int, *args):
+        """``search(queries, *args)``, its time charged to the tier when it is one query."""
+        if one_query(queries, dim) is None:
+            return search(queries, *args)
+        t0 = time.perf_counter()
+        try:
+            return search(queries, *args)
+        finally:
+            self.batch_seconds += time.perf_counter() - t0
+
+
+FLAT_TIER = SingleQueryTier(KO.flat_lut_one)
 
 
 def one_query(queries, dim: int) -> np.ndarray | None:

@@ -27,7 +27,15 @@ from ...quantizers.osq import DEFAULT_ITERS, DEFAULT_LAMBDA
 from ...scoring import SCORE_KINDS, candidate_count, check_oversample
 from ...scoring.stored import stored_exact_values
 from ...similarity import Similarity
-from ..single import finish_scores, float_rows, lut_osq, one_query, prepared_query, rerank_finish
+from ..single import (
+    SingleQueryTier,
+    finish_scores,
+    float_rows,
+    lut_osq,
+    one_query,
+    prepared_query,
+    rerank_finish,
+)
 from . import files as F
 from . import plan as P
 
@@ -137,9 +145,15 @@ def _check_lists(postings, lists, state) -> None:
         state["verified"] = bool(verified.all())
 
 
+#: The IVF single-query path's tier (``bbqlib.index.single.COMPILE_SINGLE_AFTER``).
+IVF_TIER = SingleQueryTier(KO.ivf_search_fused)
+
+
 def search_one(index, *args):
     """``IVFIndex.search`` under its read lock: the single-query path, else ``_search``."""
     if index._fitted:
+        if not IVF_TIER.ready():  # its kernel not compiled yet
+            return IVF_TIER.on_batch_path(index._search, args[0], index.quantizer.dim_, *args[1:])
         F.check_row_ids(index)  # once per map: results are mapped through them
         one = ivf_search_one(index, *args)
         if one is not None:
