@@ -146,11 +146,12 @@ def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
     if len(index) == 0:
         raise ValueError("index is empty: add vectors before warmup (kernels depend on them)")
     rerank = bool(getattr(index, "store_vectors", True))  # indexes without vectors search raw
+    from .index.flat import FlatIndex
     from .index.ivf.single import IVF_TIER
     from .index.single import FLAT_TIER
 
-    FLAT_TIER.open()  # the probe query compiles the single-query kernels (no tiering)
-    IVF_TIER.open()
+    # The probe query compiles this kind of index's single-query kernels (no tiering).
+    (FLAT_TIER if isinstance(index, FlatIndex) else IVF_TIER).open()
     probe = _probe_query(index)
     with policy.recording() as kernels:
         index.search(probe, k=k, rerank=rerank)  # one query: the single-query kernels

@@ -38,7 +38,7 @@ __all__ = [
 _EMPTY_MASK = np.empty(0, np.uint8)
 
 #: Tiered compilation of the single-query paths (docs/startup.md). A path's fused kernels
-#: cost 5-7 s to compile where the batch path's cost about 2 s (on this project's machine),
+#: cost 4-7 s to compile where the batch path's cost about 2 s (on this project's machine),
 #: so while neither this process nor the disk cache has them, one-query searches take the
 #: batch path, until that has cost this many seconds; then the next one compiles them.
 #: ``bbqlib.warmup(index)`` compiles them at once; tests set 0 (``tests/conftest.py``).
