@@ -208,11 +208,12 @@ def test_zeroed_vector_row_is_caught_on_first_read(tmp_path):
     with open(seg, "r+b") as f:  # zero row 700
         f.seek(data_start + 700 * X.shape[1] * 4)
         f.write(bytes(X.shape[1] * 4))
-    index = bbqlib.IVFIndex.open(where)
-    lo = 700 // BLOCK_ROWS * BLOCK_ROWS
-    hi = min(lo + BLOCK_ROWS, 1200) - 1
-    with pytest.raises(CorruptFileError, match=rf"{seg.name} is corrupted: rows {lo} to {hi}"):
-        index.search(X[700], 3, visit_percentage=100.0)
+    assert BLOCK_ROWS == 1
+    for one in (True, False):  # the fused one-query call and the batch path
+        index = bbqlib.IVFIndex.open(where)
+        q = X[700] if one else X[699:701]
+        with pytest.raises(CorruptFileError, match=rf"{seg.name} is corrupted: row 700 fails"):
+            index.search(q, 3, visit_percentage=100.0)
 
 
 @pytest.mark.parametrize("section", ["codes", "assignments"])
@@ -301,7 +302,7 @@ def test_old_segments_without_block_checksums_still_open(tmp_path):
     header = where / manifest["header"]
     kind, meta, arrays = read_container(header, mmap=False)
     for entry in meta["vector_segments"]:
-        entry.pop("block_crc32"), entry.pop("block_rows")
+        arrays.pop(entry.pop("block_crc32_section")), entry.pop("block_rows")
     write_container(header, kind, meta, arrays)
     (where / "MANIFEST").write_text(json.dumps({**manifest, "format_version": 4}))
     old = bbqlib.IVFIndex.open(where)
@@ -310,5 +311,5 @@ def test_old_segments_without_block_checksums_still_open(tmp_path):
     old.verify()
     old.add(unit_rows(50, 24, 6))  # the kept segment gets block checksums too
     reopened = bbqlib.IVFIndex.open(where)
-    assert [s.blocks is None for s in reopened._segments] == [False, False]
+    assert [s.blocks.block_rows for s in reopened._segments] == [1, 1]
     shutil.rmtree(where)

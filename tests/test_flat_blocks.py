@@ -1,5 +1,6 @@
-"""Flat format 5: the memory-mapped vectors of a loaded file are checked per block of rows on
-their first read (a search reads only its rerank candidates' rows), not whole at load."""
+"""Flat format 5: the memory-mapped vectors of a loaded file are checked per row on their first
+read (a search reads only its rerank candidates' rows), not whole at load. Files written with
+blocks of 256 rows (before per-row checksums) check per block, as before."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import bbqlib
 from bbqlib import CorruptFileError, FlatIndex
 from bbqlib.io.blocks import BLOCK_ROWS
 
-N, D = 3 * BLOCK_ROWS + 17, 24  # four blocks, the last one short
+N, D = 3 * 256 + 17, 24
+GROUP = 256  # rows 0-255 are their own cluster: their neighbours are among them
 FIXTURES = Path(__file__).parent / "fixtures" / "formats"
 
 
@@ -39,7 +41,7 @@ def _flip_row(path: Path, row: int) -> None:
 def saved(request, tmp_path):
     rng = np.random.default_rng(5)
     X = rng.normal(size=(N, D)).astype(np.float32)
-    X[:BLOCK_ROWS] += 20.0  # block 0 is its own cluster: its rows' neighbours are in it
+    X[:GROUP] += 20.0
     index = FlatIndex(bits=4, similarity="euclidean", store_vectors=request.param)
     index.add(X)
     path = index.save(tmp_path / "index.bbq")
@@ -49,21 +51,22 @@ def saved(request, tmp_path):
 def test_blocks_are_recorded_and_results_unchanged(saved):
     index, path, X = saved
     loaded = bbqlib.load(path)
-    assert loaded.verify() == {"vectors": N, "vector_blocks": 4}
+    assert BLOCK_ROWS == 1
+    assert loaded.verify() == {"vectors": N, "vector_blocks": N}
     for q in (X[:7], X[3]):  # the batch path and the single-query path
         for a, b in zip(index.search(q, k=5), loaded.search(q, k=5), strict=True):
             np.testing.assert_array_equal(a, b)
 
 
-def test_damaged_block_is_caught_on_first_read_only(saved):
+def test_damaged_row_is_caught_on_first_read_only(saved):
     _, path, X = saved
-    damaged = 2 * BLOCK_ROWS + 5  # in block 2
+    damaged = 2 * GROUP + 5
     _flip_row(path, damaged)
     index = bbqlib.load(path)  # opening reads no vector row
-    # a search that does not read block 2 serves; one that reads it raises, naming the rows
+    # a search that does not read the row serves; one that reads it raises, naming the row
     index.search(X[0], k=3)
     index.search(X[:4], k=3)
-    with pytest.raises(CorruptFileError, match=f"rows {2 * BLOCK_ROWS} to"):
+    with pytest.raises(CorruptFileError, match=f"row {damaged} fails its CRC32"):
         index.search(X[damaged], k=3)
     with pytest.raises(CorruptFileError, match="CRC32"):
         index.search(X[damaged : damaged + 2], k=3)

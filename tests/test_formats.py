@@ -117,7 +117,8 @@ def test_old_ivf_directory_takes_custom_ids_and_saves_the_current_format(tmp_pat
     manifest = json.loads((path / "MANIFEST").read_text())
     assert manifest["format_version"] == bbqlib.index.ivf.storage.FORMAT_VERSION
     _, meta, _ = read_container(path / manifest["header"])
-    assert all("block_crc32" in s for s in meta["vector_segments"])  # format 5: computed
+    # computed at the save: one CRC32 per row (format 8), in a header section
+    assert all(s["block_rows"] == 1 and "block_crc32_section" in s for s in meta["vector_segments"])
     back = bbqlib.load(path)
     np.testing.assert_array_equal(back.ids[-10:], np.arange(10) + 10**12)
     np.testing.assert_array_equal(back.ids[:600], np.arange(600))

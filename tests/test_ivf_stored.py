@@ -128,7 +128,7 @@ def test_cheaper_vectors_make_smaller_directories(data, tmp_path):
     assert sizes["int8"] == pytest.approx(n * (d + 4), abs=256)
 
 
-def test_damaged_block_of_an_int8_segment_is_caught_on_first_read(data, tmp_path):
+def test_damaged_row_of_an_int8_segment_is_caught_on_first_read(data, tmp_path):
     X, Q = data
     index = IVFIndex(bits=1, similarity="euclidean", cluster_size=64, store_vectors="int8")
     index.add(X)
@@ -138,7 +138,7 @@ def test_damaged_block_of_an_int8_segment_is_caught_on_first_read(data, tmp_path
     raw[-5] ^= 0x40  # a code byte of the last row
     seg.write_bytes(bytes(raw))
     back = IVFIndex.open(tmp_path / "d")
-    with pytest.raises(CorruptFileError, match="fail their CRC32"):
+    with pytest.raises(CorruptFileError, match=f"row {len(X) - 1} fails its CRC32"):
         back.search(Q, 10, visit_percentage=100.0, oversample=200.0)
     with pytest.raises(CorruptFileError):
         IVFIndex.open(tmp_path / "d").verify()

@@ -30,6 +30,7 @@ from bbqlib.index.clustering.parents import ParentLevel
 from bbqlib.index.ivf import plan as P
 from bbqlib.index.ivf import single as single_ivf
 from bbqlib.index.single import lut_osq, rerank_finish
+from bbqlib.io.blocks import row_bytes, row_crcs
 from bbqlib.packing import unpack_planes
 from bbqlib.similarity import Similarity
 
@@ -365,7 +366,9 @@ def test_ivf_with_parent_centroids(similarity, make_vectors, monkeypatch):
     assert calls == [0] * (3 * len(Q))
 
 
-def _fused_args(index, x, need, depth, lists_ok=None, rows_ok=None, block_rows=2**62):
+def _fused_args(
+    index, x, need, depth, lists_ok=None, rows_ok=None, block_rows=2**62, row_crcs=None
+):
     q = index.quantizer
     sim = q.similarity_
     state = single_ivf._state(index)
@@ -373,12 +376,14 @@ def _fused_args(index, x, need, depth, lists_ok=None, rows_ok=None, block_rows=2
     qp = np.empty_like(x) if cosine else x.copy()
     lists_ok = single_ivf._lists_ok(index._postings) if lists_ok is None else lists_ok
     rows_ok = np.ones(1, dtype=bool) if rows_ok is None else rows_ok
+    row_crcs = np.zeros(1, np.uint32) if row_crcs is None else row_crcs
     return qp, (
         x, cosine, sim is Similarity.DOT_PRODUCT, MAX_SQ_NORM, UNIT_NORM_TOLERANCE, qp,
         *state["plan"], float(need), *state["parents"], 2**62, state["C"],
         q.encoding_.query_bits, q.lam, state["is_l2"], state["width"], *state["docs"],
         2 * depth, depth, lists_ok, state["vectors"], True, 10, -np.inf, rows_ok,
-        np.int64(block_rows), np.full((1, 10), np.nan), np.full((1, 10), -7, np.int64),
+        np.int64(block_rows), row_bytes(state["vectors"]), row_crcs,
+        np.full((1, 10), np.nan), np.full((1, 10), -7, np.int64),
         np.full(index.n_lists, -5, np.int32), np.full(depth, -5, np.int64),
     )  # fmt: skip
 
@@ -410,7 +415,7 @@ def test_ivf_fused_equals_its_steps(similarity, make_vectors):
         np.testing.assert_array_equal(raw, ref_raw)
         np.testing.assert_array_equal(out_rows, ref_out)
         # without rerank: the estimates as ``rerank_finish`` makes them
-        args = (*args[:-9], False, *args[-8:-4], np.full((1, 10), np.nan),
+        args = (*args[:-11], False, *args[-10:-4], np.full((1, 10), np.nan),
                 np.full((1, 10), -7, np.int64), *args[-2:])  # fmt: skip
         assert KO.ivf_search_fused(*args)[0] == 0
         sim = q.similarity_
@@ -427,13 +432,23 @@ def test_ivf_fused_equals_its_steps(similarity, make_vectors):
         np.testing.assert_array_equal(args[-2][: ref_lists.size], ref_lists)
         no_room = (*args[:-2], np.empty(0, np.int32), np.empty(0, np.int64))
         assert KO.ivf_search_fused(*no_room) == (2, ref_lists.size, 0)
-        # an unchecked block among the candidates' rows: not reranked, the rows handed back
+        # an unchecked row among the candidates: checked in the call (its CRC32 holds: marked,
+        # reranked); one whose CRC32 fails: not reranked, the rows handed back
+        crcs = row_crcs(state["vectors"])
+        last = ref_rows[ref_rows >= 0][-1]
         blocks = np.ones(index.ntotal, dtype=bool)
-        blocks[ref_rows[ref_rows >= 0][-1]] = False
-        _, args = _fused_args(index, x, need, 15, rows_ok=blocks, block_rows=1)
+        blocks[last] = False
+        _, args = _fused_args(index, x, need, 15, rows_ok=blocks, block_rows=1, row_crcs=crcs)
+        assert KO.ivf_search_fused(*args) == (0, ref_lists.size, ref_entries)
+        assert blocks.all()
+        np.testing.assert_array_equal(args[-4], ref_raw)
+        blocks[last] = False
+        crcs[last] ^= 1
+        _, args = _fused_args(index, x, need, 15, rows_ok=blocks, block_rows=1, row_crcs=crcs)
         assert KO.ivf_search_fused(*args) == (3, ref_lists.size, ref_entries)
         assert np.isnan(args[-4]).all() and (args[-3] == -7).all()
         np.testing.assert_array_equal(args[-1], ref_rows)
+        assert not blocks[last]
     # a query the general path rejects: status 1, nothing else done
     bad = [np.full(24, np.nan, np.float32), np.full(24, 1e30, np.float32)]
     if similarity == "cosine":
@@ -445,7 +460,8 @@ def test_ivf_fused_equals_its_steps(similarity, make_vectors):
 
 def test_ivf_single_query_takes_one_call(make_vectors, monkeypatch, tmp_path):
     """In memory every query is one fused call; opened from files, the first queries check
-    CRC32s between the steps, and then are one call too (same results throughout)."""
+    the lists' CRC32s between the steps (the rows' are checked inside the call), and then are
+    one call too (same results throughout)."""
     index, _, Q = _ivf("cosine", make_vectors, n=900, d=24, seed=6)
     calls = []
     fused = KO.ivf_search_fused
@@ -466,7 +482,7 @@ def test_ivf_single_query_takes_one_call(make_vectors, monkeypatch, tmp_path):
     for _ in range(2):
         for i in range(len(Q)):
             _same(opened.search(Q[i], 10), (batch[0][i], batch[1][i]))
-    assert 2 in calls and 3 in calls  # lists, then rows, checked at their first read
+    assert 2 in calls and 3 not in calls  # lists checked at their first read; rows in the call
     assert calls.count(0) == 2 * len(Q)  # ... and the call repeated
     opened.verify()  # everything checked: one call per query from now on
     calls.clear()

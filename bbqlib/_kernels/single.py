@@ -38,6 +38,7 @@ import numpy as np
 
 from . import ivf as KI
 from . import scoring as KS
+from .crc32 import check_rows
 from .lanes import lane_dots
 from .lut import LANES, _scan_lut_range, build_tables, ivf_scan_lut
 from .osq import _quantize_range
@@ -379,7 +380,8 @@ def ivf_search_fused(
     pcodes, pfactors, pcc, pradius, child_order, child_offsets, want,
     centroids, bits, lam, is_l2, width, list_start, list_block_start, blocks, df, ids,
     list_cc, planes, pairs, dim, allowed, heap, depth, lists_ok,
-    vectors, rerank, k, pad, rows_ok, block_rows, out_raw, out_rows, out_lists, out_cands,
+    vectors, rerank, k, pad, rows_ok, block_rows, row_data, row_crcs,
+    out_raw, out_rows, out_lists, out_cands,
 ):  # fmt: skip
     """One IVF query, every step in one call (one release of the GIL per query, which is
     what lets Python threads issuing single queries scale): :func:`prepare_one` into
@@ -395,9 +397,11 @@ def ivf_search_fused(
     (not finite, beyond ``max_sq``, zero under ``cosine``, not unit under ``unit_only``; the
     caller's general path raises); 2: a planned list is not in ``lists_ok`` (its CRC32 is
     unchecked: nothing scanned; the planned lists go to ``out_lists`` int32 when it has room
-    for them); 3: a candidate row's block is not in ``rows_ok`` (not reranked; the candidate
-    rows go to ``out_cands`` int64, ``-1`` padded, when it has room). The caller then checks
-    them and calls again (an index opened from files, at its first reads), passing empty
+    for them); 3: a candidate row's block of ``block_rows`` rows is not in ``rows_ok`` and
+    fails its CRC32 in ``row_crcs`` (checked here over ``row_data``, the stored rows' bytes:
+    :func:`bbqlib._kernels.crc32.check_rows`, which marks ``rows_ok`` for the blocks that
+    pass; not reranked; the candidate rows go to ``out_cands`` int64, ``-1`` padded, when it
+    has room). The caller then checks them (and raises) or calls again, passing empty
     ``out_lists`` / ``out_cands`` otherwise.
     """
     sq = prepare_one(x, cosine, qp)
@@ -429,12 +433,11 @@ def ivf_search_fused(
                 out_rows[0, r] = -1
         return 0, n_lists, entries
     m = rows.shape[0]
-    for j in range(m):
-        if rows[j] >= 0 and not rows_ok[rows[j] // block_rows]:
-            if out_cands.shape[0] >= m:
-                out_cands[:m] = rows
-                out_cands[m:] = -1
-            return 3, n_lists, entries
+    if check_rows(row_data, rows, row_crcs, rows_ok, block_rows) >= 0:
+        if out_cands.shape[0] >= m:
+            out_cands[:m] = rows
+            out_cands[m:] = -1
+        return 3, n_lists, entries
     if is_l2:
         raw, best = rerank_sqdists(q2, vectors, rows, k, pad)
     else:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .._validation import check_vectors, prepare_for_similarity
-from ..io.blocks import BLOCK_ROWS
+from ..io.blocks import BLOCK_ROWS, row_crcs
 from ..io.streamed import StreamedContainer, crc32_combine, write_rows
 from ..scoring.stored import stored_row_bytes, to_stored
 from ._dask import set_worker_threads, shared_value
@@ -144,7 +144,11 @@ def _row_bytes(rows: np.ndarray) -> np.ndarray:
 def block_crc_pieces(rows: np.ndarray, row0: int, block_rows: int = BLOCK_ROWS) -> list:
     """CRC32 of the part of every checksum block (``block_rows`` rows of the whole segment,
     :mod:`bbqlib.io.blocks`) that rows ``row0 : row0 + len(rows)`` cover, as
-    ``(block, crc32, bytes)``; the driver joins a block's pieces with ``crc32_combine``."""
+    ``(block, crc32, bytes)``; the driver joins a block's pieces with ``crc32_combine``.
+    Blocks of one row (files written now): one piece ``(row0, uint32 CRCs of the rows, None)``.
+    """
+    if block_rows == 1:
+        return [(row0, row_crcs(rows), None)]
     out = []
     n = rows.shape[0]
     start = 0
@@ -234,6 +238,10 @@ def join_blocks(results, n: int, block_rows: int = BLOCK_ROWS) -> np.ndarray:
     seen = np.zeros(crcs.size, dtype=bool)
     for r in results:  # partition order = row order
         for block, crc, nbytes in r["blocks_crc"]:
+            if nbytes is None:  # blocks of one row: ``crc`` holds the CRCs of rows block...
+                crcs[block : block + crc.size] = crc
+                seen[block : block + crc.size] = True
+                continue
             crcs[block] = crc32_combine(int(crcs[block]), crc, nbytes) if seen[block] else crc
             seen[block] = True
     if not seen.all():

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io.atomic import clean_orphans
-from ..io.blocks import BLOCK_ROWS, BlockChecksums
+from ..io.blocks import BLOCK_ROWS, BlockChecksums, advise_random
 from ..io.container import (
     CorruptFileError,
     check_format_version,
@@ -100,9 +100,11 @@ def read_flat(cls, path, *, mmap: bool = True, verify: bool = True):
 
 def _attach_block_checks(index, path, meta, arrays, crcs, *, mmap: bool, verify: bool) -> None:
     """Give a memory-mapped index its vectors' block checksums (or check them whole now)."""
+    vectors = arrays["vectors"]
+    if mmap:
+        advise_random(vectors)  # a search reads its rerank rows, nothing around them
     if not (verify and mmap):
         return  # read into RAM: the container checked them; verify=False: the caller's call
-    vectors = arrays["vectors"]
     block_crcs = arrays.get("vector_block_crc32")
     if block_crcs is None:  # format 4 or older: no blocks, check the section whole now
         if crc32_of(vectors) != crcs["vectors"]:

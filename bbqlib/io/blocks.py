@@ -1,34 +1,70 @@
-"""CRC32 per block of rows of a stored float matrix, each block checked on its first read.
+"""CRC32 per row (or block of rows) of a stored float matrix, checked on its first read.
 
 A file-level CRC catches damage only when somebody reads the whole file (``verify()``); a
 search that reads a few rows of a memory-mapped matrix would serve a damaged row silently.
-:class:`BlockChecksums` records one CRC32 per block of :data:`BLOCK_ROWS` rows; a reader calls
+:class:`BlockChecksums` records one CRC32 per block of ``block_rows`` rows; a reader calls
 :meth:`BlockChecksums.check` with the rows it is about to read, which checks every block among
-them not checked before (reading those blocks once) and raises
-:class:`~bbqlib.CorruptFileError` naming the file and the block on a mismatch.
+them not checked before and raises :class:`~bbqlib.CorruptFileError` naming the file and the
+rows on a mismatch.
+
+Files written now use blocks of one row (:data:`BLOCK_ROWS`): a check then reads exactly the
+rows the search reads anyway. Blocks of 256 rows (IVF formats 5-7, flat files before this)
+made a cold search that reranks 50 rows read up to 50 blocks of 384 KiB (d = 384) to check
+them, ~20 MB instead of ~75 KB, until the whole file had been read once. Files record their
+own block size, so those files read as before.
 """
 
 from __future__ import annotations
 
+import mmap
 import zlib
 from pathlib import Path
 
 import numpy as np
 
+from .._kernels import crc32 as KC
 from .errors import CorruptFileError
 
-__all__ = ["BLOCK_ROWS", "BlockChecksums", "BlockCRCWriter"]
+__all__ = [
+    "BLOCK_ROWS", "BlockChecksums", "BlockCRCWriter", "advise_random", "row_bytes", "row_crcs",
+]  # fmt: skip
 
-#: Rows per checksummed block (256 rows of 384 float32 = 384 KiB). A first search reads
-#: (and checks) the blocks of its few dozen rerank candidates: at 4,096 rows (6 MiB) that was
-#: ~60 MB of CRC32 in an index's first query (~30 ms); the cost of small blocks is the list
-#: of CRCs in the header (5M rows: 19,532 numbers) and one Python step per block in verify().
-#: Files record their own block size, so files written with 4,096 read as before.
-BLOCK_ROWS = 256
+#: Rows per checksummed block: one, so that checking a row reads nothing but that row. The
+#: price is 4 bytes per row for the table of CRCs (0.26% of a float32 row at d = 384), which
+#: files keep in binary sections, not in JSON.
+BLOCK_ROWS = 1
 
 
 def _crc(arr: np.ndarray, crc: int = 0) -> int:
     return zlib.crc32(np.ascontiguousarray(arr).reshape(-1).view(np.uint8), crc)
+
+
+def advise_random(arr) -> None:
+    """Tell the kernel that reads of this memory map are random (no read-around).
+
+    A rerank touches ``k'`` scattered rows per query; with the default read-around every page
+    fault pulls in the neighbouring pages (up to the device's read-ahead, megabytes on some
+    disks) that nobody asked for, which under a memory cap also evicts the pages that matter.
+    Maps read sequentially (posting lists, codes) keep their read-ahead.
+    """
+    m = getattr(arr, "_mmap", None)
+    if m is not None and hasattr(m, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+        m.madvise(mmap.MADV_RANDOM)
+
+
+def row_bytes(arr: np.ndarray) -> np.ndarray:
+    """``arr`` (C-contiguous, one stored row per first-axis entry) as uint8 [n, bytes per row]:
+    a view, no copy (float32 / float16 [n, d], or int8 records [n])."""
+    arr = np.ascontiguousarray(arr)
+    return arr.view(np.uint8).reshape(arr.shape[0], -1)
+
+
+def row_crcs(arr: np.ndarray) -> np.ndarray:
+    """uint32 [n]: ``zlib.crc32`` of each row of ``arr`` (compiled; no Python step per row)."""
+    out = np.empty(arr.shape[0], dtype=np.uint32)
+    if arr.shape[0]:
+        KC.row_crcs(row_bytes(arr), out)
+    return out
 
 
 class BlockCRCWriter:
@@ -37,10 +73,14 @@ class BlockCRCWriter:
     def __init__(self, block_rows: int = BLOCK_ROWS):
         self.block_rows = int(block_rows)
         self._crcs: list[int] = []
+        self._rows: list[np.ndarray] = []  # blocks of one row: the CRCs of each batch
         self._crc = 0
         self._fill = 0
 
     def update(self, batch: np.ndarray) -> None:
+        if self.block_rows == 1:
+            self._rows.append(row_crcs(batch))
+            return
         start = 0
         n = batch.shape[0]
         while start < n:
@@ -53,6 +93,8 @@ class BlockCRCWriter:
                 self._crc, self._fill = 0, 0
 
     def finish(self) -> np.ndarray:
+        if self.block_rows == 1:
+            return np.concatenate([np.empty(0, np.uint32), *self._rows])
         out = self._crcs + ([self._crc] if self._fill else [])
         return np.asarray(out, dtype=np.uint32)
 
@@ -94,16 +136,29 @@ class BlockChecksums:
         """Whether these checksums can describe a matrix of ``rows`` rows."""
         return self.block_rows > 0 and self.crcs.size == -(-rows // self.block_rows)
 
-    def to_meta(self) -> dict:
+    def to_meta(self, section: str | None = None) -> dict:
+        """The header entry: the CRCs in the JSON itself (blocks of many rows, older
+        formats), or the name of the binary ``section`` that holds them."""
+        if section is not None:
+            return {"block_rows": self.block_rows, "block_crc32_section": section}
         return {"block_rows": self.block_rows, "block_crc32": [int(c) for c in self.crcs]}
 
     @classmethod
-    def from_meta(cls, entry: dict, rows: int, file=None) -> BlockChecksums | None:
-        """From a segment entry of a header (None when the entry has none: older files)."""
-        if "block_crc32" not in entry:
+    def from_meta(
+        cls, entry: dict, rows: int, file=None, arrays: dict | None = None
+    ) -> BlockChecksums | None:
+        """From a segment entry of a header (None when the entry has none: older files);
+        ``arrays``: the header's sections, where an entry names the one holding its CRCs."""
+        if "block_crc32" not in entry and "block_crc32_section" not in entry:
             return None
         try:
-            out = cls(entry["block_crc32"], int(entry["block_rows"]), file)
+            if "block_crc32_section" in entry:
+                crcs = (arrays or {})[entry["block_crc32_section"]]
+                if crcs.dtype != np.uint32:
+                    raise TypeError(f"{crcs.dtype} block checksums")
+            else:
+                crcs = entry["block_crc32"]
+            out = cls(crcs, int(entry["block_rows"]), file)
         except (KeyError, TypeError, ValueError, OverflowError) as err:
             raise CorruptFileError(f"the block checksums of {file} are malformed ({err})") from None
         if not out.matches(rows):
@@ -117,19 +172,20 @@ class BlockChecksums:
         """Check every not yet checked block holding one of ``rows`` (valid, >= 0) of ``arr``."""
         if rows.size == 0 or self._all:
             return
-        blocks = np.unique(np.asarray(rows, dtype=np.int64) // self.block_rows)
-        todo = blocks[~self._checked[blocks]]
-        for b in todo:  # once per block over the life of the map: not a per-search loop
-            lo = int(b) * self.block_rows
-            if _crc(arr[lo : lo + self.block_rows]) != int(self.crcs[b]):
-                raise CorruptFileError(
-                    f"vector file {self.file} is corrupted: rows {lo} to "
-                    f"{min(lo + self.block_rows, arr.shape[0]) - 1} fail their CRC32 (block "
-                    f"{int(b)}); restore the file or rebuild the index"
-                )
-            self._checked[b] = True
-        if todo.size and self._checked.all():
-            self._all = True
+        rows = np.ascontiguousarray(rows, dtype=np.int64).reshape(-1)
+        bad = KC.check_rows(row_bytes(arr), rows, self.crcs, self._checked, self.block_rows)
+        if bad >= 0:
+            lo = int(bad) * self.block_rows
+            hi = min(lo + self.block_rows, arr.shape[0]) - 1
+            what = (
+                f"row {lo} fails its CRC32" if self.block_rows == 1
+                else f"rows {lo} to {hi} fail their CRC32 (block {int(bad)})"
+            )  # fmt: skip
+            raise CorruptFileError(
+                f"vector file {self.file} is corrupted: {what}; restore the file or rebuild "
+                "the index"
+            )
 
     def check_all(self, arr: np.ndarray) -> None:
         self.check(arr, np.arange(0, arr.shape[0], self.block_rows))
+        self._all = True

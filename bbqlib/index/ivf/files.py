@@ -139,9 +139,11 @@ def _quantizer_of(meta: dict, h: dict):
     return q
 
 
-def load_into(index, path: Path) -> None:
-    """Read the current generation of ``path`` into ``index`` (maps postings and vectors)."""
-    meta, h, postings, segments = ST.open_generation(path)
+def load_into(index, path: Path, opened=None) -> None:
+    """Read the current generation of ``path`` into ``index`` (maps postings and vectors);
+    ``opened``: what :func:`~bbqlib.index.ivf.storage.open_generation` returned, when the
+    caller read it already (one read of the header, one generation)."""
+    meta, h, postings, segments = ST.open_generation(path) if opened is None else opened
     section_crcs = postings.pop("_section_crcs", None)
     q = _quantizer_of(meta, h)
     if "list_wire" in h and np.any(np.asarray(h["list_wire"]) != q.encoding_.wire):

@@ -346,13 +346,14 @@ class IVFIndex(GuardedWrites):
         :class:`~bbqlib.CorruptFileError` when a file is missing, truncated or damaged.
         """
         path = Path(path)
-        meta, _, _, _ = ST.open_generation(path)
+        opened = ST.open_generation(path)
+        meta = opened[0]
         store = ST.vector_kind_of(meta) if meta["store_vectors"] else False
         index = cls(BBQQuantizer(), cluster_size=meta["cluster_size"], seed=meta["seed"],
                     path=path, soar=meta["soar"], store_vectors=store,
                     visit_percentage=meta.get("visit_percentage"),
                     oversample=meta.get("oversample"))  # fmt: skip
-        F.load_into(index, path)  # the stored quantizer replaces BBQQuantizer()
+        F.load_into(index, path, opened)  # the stored quantizer replaces BBQQuantizer()
         index._fitted = True
         if preload:
             from ...io.preload import preload_arrays

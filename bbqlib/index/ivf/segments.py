@@ -4,16 +4,14 @@ Immutable ``.npy`` files (rows of the index in row order, as given, normalized f
 memory-mapped for the exact rerank, of one of the kinds of :mod:`bbqlib.scoring.stored`
 (the header's ``vector_dtype``, format 6; float32 before): float32 ``<f4 [n, d]``, float16
 ``<f2 [n, d]`` or int8 records ``[("scale", "<f4"), ("codes", "i1", (d,))] [n]``. The
-header records each segment's CRC32 and (since format 5) a CRC32 per block of
-:data:`~bbqlib.io.blocks.BLOCK_ROWS` rows over the stored bytes of that kind, checked the
-first time a block is read (:meth:`Segment.check_rows`). Segments of older directories get
-their block checksums when a save first writes a format-5 (or later) header for them
-(:func:`with_block_checksums`).
+header records each segment's CRC32 and (since format 8) a CRC32 per row over the stored
+bytes of that kind (formats 5-7: per block of 256 rows), checked the first time a row is read
+(:meth:`Segment.check_rows`). Segments of older directories get per-row checksums when a save
+first writes a format-8 header for them (:func:`with_block_checksums`).
 """
 
 from __future__ import annotations
 
-import mmap
 import secrets
 import zlib
 from dataclasses import dataclass
@@ -22,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ...io.atomic import atomic_path
-from ...io.blocks import BLOCK_ROWS, BlockChecksums, BlockCRCWriter
+from ...io.blocks import BLOCK_ROWS, BlockChecksums, BlockCRCWriter, advise_random
 from ...io.errors import CorruptFileError
 from ...scoring.stored import stored_kind_of, to_stored, vector_dtype
 
@@ -116,9 +114,10 @@ def segment_header(rows: int, dim: int, kind: str = "float32") -> bytes:
 
 
 def with_block_checksums(seg: Segment) -> Segment:
-    """``seg`` with block CRC32s (as it is when it has them): reads the stored segment once,
-    checking its whole-file CRC32 on the way, so that damage never gets fresh checksums."""
-    if seg.blocks is not None:
+    """``seg`` with per-row CRC32s (as it is when it has them): reads the stored segment once,
+    checking its whole-file CRC32 on the way, so that damage never gets fresh checksums.
+    Segments of formats 4 (none) and 5-7 (blocks of 256 rows) get them at their first save."""
+    if seg.blocks is not None and seg.blocks.block_rows == BLOCK_ROWS:
         return seg
     crc = 0
     blocks = BlockCRCWriter(BLOCK_ROWS)
@@ -133,18 +132,6 @@ def with_block_checksums(seg: Segment) -> Segment:
         )
     checks = BlockChecksums(blocks.finish(), BLOCK_ROWS, seg.file)
     return Segment(seg.array, seg.file, crc, checks)
-
-
-def _advise_random(arr) -> None:
-    """Tell the kernel that rerank reads of this map are random (no read-ahead).
-
-    A rerank touches ``k'`` scattered rows per query; with the default read-ahead every
-    page fault pulls in neighbouring pages nobody asked for, which under a memory cap
-    evicts the pages that matter (the posting lists, read sequentially, keep read-ahead).
-    """
-    m = getattr(arr, "_mmap", None)
-    if m is not None and hasattr(m, "madvise") and hasattr(mmap, "MADV_RANDOM"):
-        m.madvise(mmap.MADV_RANDOM)
 
 
 def _shape(kind: str, rows: int, dim: int) -> tuple:
@@ -178,7 +165,7 @@ def map_segment(path: Path, rows: int, dim: int, kind: str = "float32") -> np.nd
         raise CorruptFileError(
             f"vector file {path} is truncated or corrupted ({err}); restore it or rebuild"
         ) from None
-    _advise_random(arr)
+    advise_random(arr)
     shape = _shape(kind, rows, dim)
     if arr.shape != shape or arr.dtype != vector_dtype(kind, dim):
         raise CorruptFileError(

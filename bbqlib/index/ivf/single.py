@@ -23,6 +23,7 @@ from ..._kernels import rerank as KR
 from ..._kernels import single as KO
 from ..._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE
 from ...encoding import padded_dim
+from ...io.blocks import row_bytes
 from ...quantizers.osq import DEFAULT_ITERS, DEFAULT_LAMBDA
 from ...scoring import SCORE_KINDS, candidate_count, check_oversample
 from ...scoring.stored import stored_exact_values
@@ -45,6 +46,8 @@ _EMPTY_MASK = np.empty(0, np.uint8)
 # The rows' block mask of float vectors without block CRC32s: one block beyond any row.
 _ALL_ROWS_OK = np.ones(1, dtype=bool)
 _ONE_BLOCK = np.int64(2**62)
+_NO_ROW_DATA = np.zeros((1, 1), dtype=np.uint8)
+_NO_ROW_CRCS = np.zeros(1, dtype=np.uint32)
 # No room for the lists or candidate rows to check (``ivf_search_fused``): the usual call.
 _NO_LISTS = np.empty(0, dtype=np.int32)
 _NO_ROWS = np.empty(0, dtype=np.int64)
@@ -130,6 +133,7 @@ def _state(index):
                 _EMPTY_MASK,
             ),  # fmt: skip
             "segment": first,
+            "row_data": row_bytes(first.array),  # what the fused call's row CRC32s cover
             "vectors": float_rows(first.array),
             "verified": postings.crc is None,
         }
@@ -259,15 +263,16 @@ def _fused(index, state, x, call):
     _, k, depth, heap, pad, rerank, plan, (sim, scores, head, tail) = call
     qp = np.empty_like(x) if head[0] else x
     blocks = state["segment"].blocks if rerank else None
-    rows_ok, block_rows = _ALL_ROWS_OK, _ONE_BLOCK
+    rows_ok, block_rows, row_data, row_crcs = _ALL_ROWS_OK, _ONE_BLOCK, _NO_ROW_DATA, _NO_ROW_CRCS
     if blocks is not None:
-        rows_ok, block_rows = blocks._checked, blocks.block_rows
+        rows_ok, block_rows, row_crcs = blocks._checked, blocks.block_rows, blocks.crcs
+        row_data = state["row_data"]
     raw = np.empty((1, k))
     rows = np.empty((1, k), dtype=np.int64)
     lists, cands = _NO_LISTS, _NO_ROWS
     for _ in range(5):  # lists, then rows: each stop once without room, once with it
         status, n_lists, entries = KO.ivf_search_fused(
-            x, *head, qp, *tail, rows_ok, block_rows, raw, rows, lists, cands
+            x, *head, qp, *tail, rows_ok, block_rows, row_data, row_crcs, raw, rows, lists, cands
         )
         if status == 0:
             break

@@ -80,8 +80,12 @@ MAGIC = "bbqlib-ivf"
 #: ``oversample``). Formats 1 to 5 open with float32 vectors and no search defaults. 7 lets
 #: the postings' ``factors`` have the quantizer's width (``pair_factor_width``: 4 for the
 #: correction algebra's rows, ``1 + 2S`` for SAQ's records with the centre term folded in);
-#: every format-6 directory is a valid format-7 one.
-FORMAT_VERSION = 7
+#: every format-6 directory is a valid format-7 one. 8 checks vector segments per row: one
+#: CRC32 per row (``block_rows`` 1), kept in the header's section named by the entry's
+#: ``block_crc32_section`` instead of a JSON list, so a search reads and checks only the rows
+#: it reranks. Formats 5-7 (blocks of 256 rows in the JSON) open and serve as before; a save
+#: gives their segments per-row checksums (reading each once, its whole CRC32 checked).
+FORMAT_VERSION = 8
 #: The first format whose segment entries must carry block checksums.
 BLOCK_CRC_FORMAT = 5
 HEADER_KIND = "ivf_header"
@@ -224,7 +228,8 @@ def save_generation(
                 )
         meta = dict(meta)
         meta["generation"] = generation
-        meta["vector_segments"] = [_segment_entry(s) for s in stored]
+        meta["vector_segments"] = [_segment_entry(s, i) for i, s in enumerate(stored)]
+        header_arrays = {**header_arrays, **_segment_sections(stored)}
         header_name = f"header.{generation:06d}.bbq"
         same_dir = isinstance(postings_arrays, Path) and (
             postings_arrays.parent.resolve() == directory.resolve()
@@ -253,10 +258,19 @@ def save_generation(
     return generation, stored
 
 
-def _segment_entry(s: Segment) -> dict:
+#: Prefix of the header sections that hold the vector segments' per-row CRC32s.
+SEGMENT_CRC_SECTION = "vector_block_crc32."
+
+
+def _segment_entry(s: Segment, i: int) -> dict:
     entry = {"file": s.file.name, "rows": len(s), "crc32": int(s.crc32)}
-    entry.update(s.blocks.to_meta())  # every stored segment has them (with_block_checksums)
+    # every stored segment has them, one per row (with_block_checksums)
+    entry.update(s.blocks.to_meta(section=f"{SEGMENT_CRC_SECTION}{i}"))
     return entry
+
+
+def _segment_sections(stored: list[Segment]) -> dict[str, np.ndarray]:
+    return {f"{SEGMENT_CRC_SECTION}{i}": s.blocks.crcs for i, s in enumerate(stored)}
 
 
 def _blocks(arr: np.ndarray, rows: int = 65536):
@@ -388,7 +402,7 @@ def _open_once(directory: Path, manifest: dict):
     postings = {k: v.view(np.ndarray) for k, v in posting_file.arrays.items()}
     postings["_section_crcs"] = posting_file.crcs
     if int(manifest["format_version"]) >= BLOCK_CRC_FORMAT and any(
-        "block_crc32" not in e for *_, e in entries
+        "block_crc32" not in e and "block_crc32_section" not in e for *_, e in entries
     ):
         raise CorruptFileError(
             f"{header_path} (format {manifest['format_version']}) lists a vector file without "
@@ -398,7 +412,10 @@ def _open_once(directory: Path, manifest: dict):
     for name, rows, crc, entry in entries:
         path = directory / name
         arr = map_segment(path, rows, dim, kind)
-        segments.append(Segment(arr, path, crc, BlockChecksums.from_meta(entry, rows, path)))
+        blocks = BlockChecksums.from_meta(entry, rows, path, header_arrays)
+        segments.append(Segment(arr, path, crc, blocks))
+    for name in [n for n in header_arrays if n.startswith(SEGMENT_CRC_SECTION)]:
+        del header_arrays[name]  # held by the segments' checksums
     return meta, header_arrays, postings, segments
 
 

@@ -1,0 +1,97 @@
+"""CRC32 (zlib's: IEEE polynomial, reflected, inverted in and out) of rows of bytes.
+
+The stored float vectors of a file carry one CRC32 per row (:mod:`bbqlib.io.blocks`), so a
+search checks exactly the rows it reranks, at their first read. Checking them in compiled
+code lets the single-query kernels check their candidates in the same call (no return to
+Python, no second call), and lets a save compute a million rows' checksums without a Python
+step per row. Slicing by 8 (eight 256-entry tables, one table look-up per input byte, eight
+bytes per step) is the classic software CRC32; ``zlib.crc32`` is the reference
+(``tests/test_crc32.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .policy import kernel
+
+__all__ = ["TABLES", "crc32_update", "row_crcs", "check_rows"]
+
+
+def _tables() -> np.ndarray:
+    """``T[s, b]``: the CRC of byte ``b`` followed by ``s`` zero bytes (slicing by 8)."""
+    t = np.zeros((8, 256), dtype=np.int64)
+    for b in range(256):
+        c = b
+        for _ in range(8):
+            c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
+        t[0, b] = c
+    for s in range(1, 8):
+        t[s] = (t[s - 1] >> 8) ^ t[0, t[s - 1] & 0xFF]
+    return t
+
+
+#: int64 [8, 256]: values are 32-bit; int64 keeps numba's integer arithmetic in one type.
+TABLES = _tables()
+
+
+@kernel(inline="always")
+def crc32_update(buf, crc):
+    """``zlib.crc32(buf, crc)`` of a contiguous uint8 [m] ``buf`` (int64 in, int64 out)."""
+    t = TABLES
+    c = (crc ^ 0xFFFFFFFF) & 0xFFFFFFFF
+    n = buf.shape[0]
+    i = 0
+    while i + 8 <= n:
+        lo = c ^ (
+            np.int64(buf[i]) | (np.int64(buf[i + 1]) << 8)
+            | (np.int64(buf[i + 2]) << 16) | (np.int64(buf[i + 3]) << 24)
+        )  # fmt: skip
+        hi = (
+            np.int64(buf[i + 4]) | (np.int64(buf[i + 5]) << 8)
+            | (np.int64(buf[i + 6]) << 16) | (np.int64(buf[i + 7]) << 24)
+        )  # fmt: skip
+        c = (
+            t[7, lo & 0xFF] ^ t[6, (lo >> 8) & 0xFF] ^ t[5, (lo >> 16) & 0xFF]
+            ^ t[4, (lo >> 24) & 0xFF] ^ t[3, hi & 0xFF] ^ t[2, (hi >> 8) & 0xFF]
+            ^ t[1, (hi >> 16) & 0xFF] ^ t[0, (hi >> 24) & 0xFF]
+        )  # fmt: skip
+        i += 8
+    while i < n:
+        c = t[0, (c ^ np.int64(buf[i])) & 0xFF] ^ (c >> 8)
+        i += 1
+    return c ^ 0xFFFFFFFF
+
+
+@kernel
+def row_crcs(rows, out):
+    """``out[i] = zlib.crc32(rows[i])`` for the rows of a C-contiguous uint8 [n, m]."""
+    for i in range(rows.shape[0]):
+        out[i] = crc32_update(rows[i], 0)
+
+
+@kernel(inline="always")
+def check_rows(data, rows, crcs, checked, block_rows):
+    """Check the blocks of ``block_rows`` rows of ``data`` (uint8 [n, m], one stored row a
+    line) holding ``rows`` (int64, ``-1`` skipped) whose ``checked`` flag is not set yet,
+    against ``crcs`` (uint32, one per block); set the flag of each that matches.
+
+    Returns the first block that does not match, or -1. A block's CRC32 chains its rows.
+    """
+    n = data.shape[0]
+    for j in range(rows.shape[0]):
+        r = rows[j]
+        if r < 0:
+            continue
+        b = r // block_rows
+        if checked[b]:
+            continue
+        lo = b * block_rows
+        hi = min(lo + block_rows, n)
+        c = np.int64(0)
+        for i in range(lo, hi):
+            c = crc32_update(data[i], c)
+        if c != np.int64(crcs[b]):
+            return b
+        checked[b] = True
+    return -1
