@@ -29,6 +29,7 @@ from bbqlib.encoding import padded_dim
 from bbqlib.index.clustering.parents import ParentLevel
 from bbqlib.index.ivf import plan as P
 from bbqlib.index.ivf import single as single_ivf
+from bbqlib.index.ivf import storage as ST
 from bbqlib.index.single import lut_osq, rerank_finish
 from bbqlib.io.blocks import row_bytes, row_crcs
 from bbqlib.packing import unpack_planes
@@ -367,7 +368,15 @@ def test_ivf_with_parent_centroids(similarity, make_vectors, monkeypatch):
 
 
 def _fused_args(
-    index, x, need, depth, lists_ok=None, rows_ok=None, block_rows=2**62, row_crcs=None
+    index,
+    x,
+    need,
+    depth,
+    lists_ok=None,
+    rows_ok=None,
+    block_rows=2**62,
+    row_crcs=None,
+    list_crcs=None,
 ):
     q = index.quantizer
     sim = q.similarity_
@@ -377,11 +386,14 @@ def _fused_args(
     lists_ok = single_ivf._lists_ok(index._postings) if lists_ok is None else lists_ok
     rows_ok = np.ones(1, dtype=bool) if rows_ok is None else rows_ok
     row_crcs = np.zeros(1, np.uint32) if row_crcs is None else row_crcs
+    list_check = single_ivf._state(index)["list_check"]
+    if list_crcs is not None:
+        list_check = (list_crcs, *list_check[1:])
     return qp, (
         x, cosine, sim is Similarity.DOT_PRODUCT, MAX_SQ_NORM, UNIT_NORM_TOLERANCE, qp,
         *state["plan"], float(need), *state["parents"], 2**62, state["C"],
         q.encoding_.query_bits, q.lam, state["is_l2"], state["width"], *state["docs"],
-        2 * depth, depth, lists_ok, state["vectors"], True, 10, -np.inf, rows_ok,
+        2 * depth, depth, lists_ok, *list_check, state["vectors"], True, 10, -np.inf, rows_ok,
         np.int64(block_rows), row_bytes(state["vectors"]), row_crcs,
         np.full((1, 10), np.nan), np.full((1, 10), -7, np.int64),
         np.full(index.n_lists, -5, np.int32), np.full(depth, -5, np.int64),
@@ -423,9 +435,21 @@ def test_ivf_fused_equals_its_steps(similarity, make_vectors):
         np.testing.assert_array_equal(args[-4].astype(np.float32), ref[0])
         np.testing.assert_array_equal(args[-3], ref[1])
         assert (args[-2] == -5).all() and (args[-1] == -5).all()  # nothing to check: untouched
-        # an unchecked list among the planned ones: nothing scanned, the lists handed back
+        # an unchecked list among the planned ones, checked in the call (its CRC32 holds:
+        # marked, scanned); one whose CRC32 fails, or with no CRC32s to check in the call:
+        # nothing scanned, the lists handed back
+        postings = index._postings
+        crcs = ST.list_crcs(postings.to_store(True), postings.start, blocks=True)
         unchecked = np.ones(index.n_lists, dtype=bool)
         unchecked[ref_lists[-1]] = False
+        _, args = _fused_args(index, x, need, 15, lists_ok=unchecked, list_crcs=crcs)
+        assert KO.ivf_search_fused(*args) == (0, ref_lists.size, ref_entries)
+        assert unchecked.all()
+        unchecked[ref_lists[-1]] = False
+        crcs[ref_lists[-1]] ^= 1
+        _, args = _fused_args(index, x, need, 15, lists_ok=unchecked, list_crcs=crcs)
+        assert KO.ivf_search_fused(*args) == (2, ref_lists.size, 0)
+        assert not unchecked[ref_lists[-1]]
         _, args = _fused_args(index, x, need, 15, lists_ok=unchecked)
         assert KO.ivf_search_fused(*args) == (2, ref_lists.size, 0)
         assert np.isnan(args[-4]).all() and (args[-3] == -7).all()
@@ -459,9 +483,8 @@ def test_ivf_fused_equals_its_steps(similarity, make_vectors):
 
 
 def test_ivf_single_query_takes_one_call(make_vectors, monkeypatch, tmp_path):
-    """In memory every query is one fused call; opened from files, the first queries check
-    the lists' CRC32s between the steps (the rows' are checked inside the call), and then are
-    one call too (same results throughout)."""
+    """In memory and opened from files every query is one fused call (the lists' and rows'
+    CRC32s are checked inside the call at their first read); same results throughout."""
     index, _, Q = _ivf("cosine", make_vectors, n=900, d=24, seed=6)
     calls = []
     fused = KO.ivf_search_fused
@@ -482,8 +505,7 @@ def test_ivf_single_query_takes_one_call(make_vectors, monkeypatch, tmp_path):
     for _ in range(2):
         for i in range(len(Q)):
             _same(opened.search(Q[i], 10), (batch[0][i], batch[1][i]))
-    assert 2 in calls and 3 not in calls  # lists checked at their first read; rows in the call
-    assert calls.count(0) == 2 * len(Q)  # ... and the call repeated
+    assert calls == [0] * (2 * len(Q))
     opened.verify()  # everything checked: one call per query from now on
     calls.clear()
     for i in range(len(Q)):

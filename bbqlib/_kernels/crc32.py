@@ -15,7 +15,7 @@ import numpy as np
 
 from .policy import kernel
 
-__all__ = ["TABLES", "crc32_update", "row_crcs", "check_rows"]
+__all__ = ["TABLES", "crc32_update", "row_crcs", "check_rows", "check_lists"]
 
 
 def _tables() -> np.ndarray:
@@ -94,4 +94,32 @@ def check_rows(data, rows, crcs, checked, block_rows):
         if c != np.int64(crcs[b]):
             return b
         checked[b] = True
+    return -1
+
+
+@kernel(inline="always")
+def check_lists(lists, ok, crcs, list_start, block_start, lut, lut_width, factors, ids):
+    """Check the posting lists ``lists`` whose ``ok`` flag is not set yet against ``crcs``
+    (uint32, one per list); set the flag of each that matches.
+
+    A list's CRC32 chains what the lookup-table scan reads of it (as
+    :func:`bbqlib.index.ivf.storage.list_crc` with ``blocks=True``): its blocks of codes,
+    bytes ``block_start[j] * lut_width : block_start[j + 1] * lut_width`` of ``lut``, then
+    its entries' factor rows and ids (``factors`` and ``ids``: uint8 views, one entry
+    ``factors.size // n`` and 4 bytes wide). Returns the first list that does not match, or
+    -1.
+    """
+    n = list_start[list_start.shape[0] - 1]
+    fw = factors.shape[0] // max(n, 1)
+    for p in range(lists.shape[0]):
+        j = lists[p]
+        if ok[j]:
+            continue
+        c = crc32_update(lut[block_start[j] * lut_width : block_start[j + 1] * lut_width], 0)
+        e0, e1 = list_start[j], list_start[j + 1]
+        c = crc32_update(factors[e0 * fw : e1 * fw], c)
+        c = crc32_update(ids[e0 * 4 : e1 * 4], c)
+        if c != np.int64(crcs[j]):
+            return j
+        ok[j] = True
     return -1

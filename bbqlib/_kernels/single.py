@@ -38,7 +38,7 @@ import numpy as np
 
 from . import ivf as KI
 from . import scoring as KS
-from .crc32 import check_rows
+from .crc32 import check_lists, check_rows
 from .lanes import lane_dots
 from .lut import LANES, _scan_lut_range, build_tables, ivf_scan_lut
 from .osq import _quantize_range
@@ -380,6 +380,7 @@ def ivf_search_fused(
     pcodes, pfactors, pcc, pradius, child_order, child_offsets, want,
     centroids, bits, lam, is_l2, width, list_start, list_block_start, blocks, df, ids,
     list_cc, planes, pairs, dim, allowed, heap, depth, lists_ok,
+    list_crcs, lut_bytes, lut_width, factor_bytes, id_bytes,
     vectors, rerank, k, pad, rows_ok, block_rows, row_data, row_crcs,
     out_raw, out_rows, out_lists, out_cands,
 ):  # fmt: skip
@@ -395,9 +396,12 @@ def ivf_search_fused(
     returned, ``(status, lists visited, entries scored)``: each array handed back to Python
     costs about 0.5 µs with the GIL held. ``status`` 0: done; 1: the query breaks a rule
     (not finite, beyond ``max_sq``, zero under ``cosine``, not unit under ``unit_only``; the
-    caller's general path raises); 2: a planned list is not in ``lists_ok`` (its CRC32 is
-    unchecked: nothing scanned; the planned lists go to ``out_lists`` int32 when it has room
-    for them); 3: a candidate row's block of ``block_rows`` rows is not in ``rows_ok`` and
+    caller's general path raises); 2: a planned list is not in ``lists_ok`` and fails its
+    CRC32 in ``list_crcs`` (checked here over what the scan reads of it: ``lut_bytes``, rows
+    of ``lut_width`` bytes, ``factor_bytes`` and ``id_bytes``, the posting arrays' bytes;
+    :func:`bbqlib._kernels.crc32.check_lists` marks ``lists_ok`` for the lists that pass;
+    with an empty ``list_crcs`` nothing is checked here), or cannot be checked here: nothing
+    scanned; the planned lists go to ``out_lists`` int32 when it has room for them); 3: a candidate row's block of ``block_rows`` rows is not in ``rows_ok`` and
     fails its CRC32 in ``row_crcs`` (checked here over ``row_data``, the stored rows' bytes:
     :func:`bbqlib._kernels.crc32.check_rows`, which marks ``rows_ok`` for the blocks that
     pass; not reranked; the candidate rows go to ``out_cands`` int64, ``-1`` padded, when it
@@ -413,6 +417,11 @@ def ivf_search_fused(
         need, pcodes, pfactors, pcc, pradius, child_order, child_offsets, want,
     )  # fmt: skip
     n_lists = lists.shape[0]
+    if list_crcs.shape[0] > 0:
+        check_lists(
+            lists, lists_ok, list_crcs, list_start, list_block_start, lut_bytes, lut_width,
+            factor_bytes, id_bytes,
+        )  # fmt: skip
     for p in range(n_lists):
         if not lists_ok[lists[p]]:
             if out_lists.shape[0] >= n_lists:

@@ -48,6 +48,7 @@ _ALL_ROWS_OK = np.ones(1, dtype=bool)
 _ONE_BLOCK = np.int64(2**62)
 _NO_ROW_DATA = np.zeros((1, 1), dtype=np.uint8)
 _NO_ROW_CRCS = np.zeros(1, dtype=np.uint32)
+_NO_LIST_CRCS = np.zeros(0, dtype=np.uint32)
 # No room for the lists or candidate rows to check (``ivf_search_fused``): the usual call.
 _NO_LISTS = np.empty(0, dtype=np.int32)
 _NO_ROWS = np.empty(0, dtype=np.int64)
@@ -132,6 +133,7 @@ def _state(index):
                 q.dim_,
                 _EMPTY_MASK,
             ),  # fmt: skip
+            "list_check": _list_check(postings, blocks),
             "segment": first,
             "row_data": row_bytes(first.array),  # what the fused call's row CRC32s cover
             "vectors": float_rows(first.array),
@@ -139,6 +141,20 @@ def _state(index):
         }
     index._single_state = (key, state)
     return state
+
+
+def _list_check(postings, blocks) -> tuple:
+    """The fused call's arguments for checking lists at their first read: the lists'
+    CRC32s over their lookup-table blocks, factors and ids (none: not checked in the call)
+    and those arrays' bytes."""
+    crcs = postings.lut_crc if postings.lut_crc is not None else _NO_LIST_CRCS
+    return (
+        crcs,
+        blocks.reshape(-1),
+        np.int64(blocks.shape[1]),
+        postings.factors.view(np.uint8).reshape(-1),
+        postings.ids.view(np.uint8).reshape(-1),
+    )
 
 
 def _check_lists(postings, lists, state) -> None:
@@ -243,7 +259,8 @@ def _settings(index, state, k, visit_percentage, oversample, rerank, scores):
             UNIT_NORM_TOLERANCE)  # fmt: skip
     tail = (
         *plan, state["C"], enc.query_bits, q.lam, state["is_l2"], state["width"],
-        *state["docs"], heap, depth, _lists_ok(index._postings), vectors, bool(rerank), k, pad,
+        *state["docs"], heap, depth, _lists_ok(index._postings), *state["list_check"], vectors,
+        bool(rerank), k, pad,
     )  # fmt: skip
     return fused, k, depth, heap, pad, rerank, plan, (sim, scores, head, tail)
 
