@@ -401,8 +401,9 @@ def ivf_search_fused(
     of ``lut_width`` bytes, ``factor_bytes`` and ``id_bytes``, the posting arrays' bytes;
     :func:`bbqlib._kernels.crc32.check_lists` marks ``lists_ok`` for the lists that pass;
     with an empty ``list_crcs`` nothing is checked here), or cannot be checked here: nothing
-    scanned; the planned lists go to ``out_lists`` int32 when it has room for them); 3: a candidate row's block of ``block_rows`` rows is not in ``rows_ok`` and
-    fails its CRC32 in ``row_crcs`` (checked here over ``row_data``, the stored rows' bytes:
+    scanned; the planned lists go to ``out_lists`` int32 when it has room for them); 3: a
+    candidate row's block of ``block_rows`` rows is not in ``rows_ok`` and fails its CRC32
+    in ``row_crcs`` (checked here over ``row_data``, the stored rows' bytes:
     :func:`bbqlib._kernels.crc32.check_rows`, which marks ``rows_ok`` for the blocks that
     pass; not reranked; the candidate rows go to ``out_cands`` int64, ``-1`` padded, when it
     has room). The caller then checks them (and raises) or calls again, passing empty
