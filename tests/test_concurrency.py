@@ -326,3 +326,32 @@ def test_adapters_keep_their_own_copy(engine):
     b[:] = 0.0
     kept = index._vectors if engine != "usearch" else np.concatenate(index._vectors)
     np.testing.assert_array_equal(kept, X)
+
+
+def test_ivf_save_to_another_directory_writes_a_snapshot_while_adds_go_on(tmp_path, monkeypatch):
+    """A save of an in-memory IVF writes the index as of its start without holding the write
+    guard: an add in another thread completes while the save's files are being written, and
+    the saved directory holds the state the save started from."""
+    from bbqlib.index.ivf import files as F
+
+    index = bbqlib.IVFIndex(bits=1, similarity="euclidean", cluster_size=64)
+    index.add(unit_rows(600, 24, 0))
+    writing, release = threading.Event(), threading.Event()
+    save = F.save
+
+    def slow_save(work, path):
+        writing.set()
+        assert release.wait(30)
+        save(work, path)
+
+    monkeypatch.setattr(F, "save", slow_save)
+    saver = threading.Thread(target=index.save, args=(tmp_path / "copy",))
+    saver.start()
+    assert writing.wait(30)
+    index.add(unit_rows(10, 24, 1))  # would wait for the save if it held the guard
+    assert index.ntotal == 610
+    release.set()
+    saver.join(30)
+    assert bbqlib.IVFIndex.open(tmp_path / "copy").ntotal == 600
+    index.save(tmp_path / "copy")
+    assert bbqlib.IVFIndex.open(tmp_path / "copy").ntotal == 610

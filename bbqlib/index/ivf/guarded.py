@@ -3,7 +3,9 @@
 A write (``add``, ``delete``, ``save``) runs on :meth:`GuardedWrites._clone`, a shallow
 copy whose attributes it replaces (it never modifies an array the published state holds),
 then :meth:`GuardedWrites._publish` swaps the new attributes in while no search runs.
-Writes are serialized by the index's guard and, for a directory, by its advisory lock.
+Writes are serialized by the index's guard and, for a directory, by its advisory lock; a
+save to another directory than the index's own writes a snapshot without the guard
+(:meth:`GuardedWrites._save_snapshot`).
 """
 
 from __future__ import annotations
@@ -53,8 +55,21 @@ class GuardedWrites:
 
     def _publish(self, work) -> None:
         """Make ``work``'s state this index's, between two searches."""
+        work._writes = getattr(self, "_writes", 0) + 1  # what a save's snapshot compares
         with self._guard.swapping():
             self.__dict__.update(work.__dict__)
+
+    def _save_snapshot(self, path: Path) -> None:
+        """Save the state as of now to ``path``, another directory than the index's own,
+        without holding the write mutex while the files are written: adds and deletes in
+        memory go on meanwhile (they publish states the snapshot does not see), and so do
+        searches. Writes to the index's own directory commit generations themselves, in the
+        order the directory's lock gives them, so they never go through here."""
+        Path(path).mkdir(parents=True, exist_ok=True)  # the lock file lives inside
+        with ST.directory_lock(path):  # first: two saves to one path snapshot in lock order
+            with self._guard.writing:
+                work = self._clone()  # copy-on-write: later writes replace, never mutate
+            F.save(work, path)
 
     def _store(self, path: Path) -> None:
         """Save to ``path``; when the index lives there, serve from the new files."""

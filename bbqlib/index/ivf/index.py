@@ -320,6 +320,12 @@ class IVFIndex(GuardedWrites):
         Holds the directory's advisory lock throughout. Raises
         :class:`~bbqlib.index.ivf.storage.StaleIndexError` when saving over the directory
         this index was read from after another process saved a newer generation there.
+
+        A save to another directory than the index's own writes the index as it was when
+        the save started: searches, adds and deletes in other threads go on while it
+        writes, and what they change is not in that save. A save to the index's own
+        directory waits for them (and they for it): every write there commits a generation,
+        in the order the directory's lock gives them.
         """
         self._check_fitted()
         if path is None:
@@ -327,6 +333,10 @@ class IVFIndex(GuardedWrites):
                 raise ValueError("save() needs a path: this index has none (pass path=...)")
             path = self.path
         path = Path(path)
+        own = self.path is not None and path.resolve() == Path(self.path).resolve()
+        if not own:  # the state as of now; adds and searches go on while it is written
+            self._save_snapshot(path)
+            return path
         with self._writing(path):
             work = self._clone()
             work._store(path)
