@@ -4,8 +4,10 @@ The stored float vectors of a file carry one CRC32 per row (:mod:`bbqlib.io.bloc
 search checks exactly the rows it reranks, at their first read. Checking them in compiled
 code lets the single-query kernels check their candidates in the same call (no return to
 Python, no second call), and lets a save compute a million rows' checksums without a Python
-step per row. Slicing by 8 (eight 256-entry tables, one table look-up per input byte, eight
-bytes per step) is the classic software CRC32; ``zlib.crc32`` is the reference
+step per row. The rows and lists to check are announced to the kernel first
+(:mod:`bbqlib._kernels.prefetch`), so a cold search's reads go to the disk together.
+Slicing by 8 (eight 256-entry tables, one table look-up per input byte, eight bytes per step)
+is the classic software CRC32; ``zlib.crc32`` is the reference
 (``tests/test_crc32.py``).
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .policy import kernel
+from .prefetch import willneed
 
 __all__ = ["TABLES", "crc32_update", "row_crcs", "check_rows", "check_lists"]
 
@@ -77,8 +80,17 @@ def check_rows(data, rows, crcs, checked, block_rows):
     against ``crcs`` (uint32, one per block); set the flag of each that matches.
 
     Returns the first block that does not match, or -1. A block's CRC32 chains its rows.
+    The blocks to check are first announced to the kernel (:func:`bbqlib._kernels.prefetch.
+    willneed`), so that the reads of a memory-mapped file go to the disk together.
     """
     n = data.shape[0]
+    width = data.shape[1]
+    base = data.ctypes.data
+    for j in range(rows.shape[0]):
+        r = rows[j]
+        if r >= 0 and not checked[r // block_rows]:
+            lo = r // block_rows * block_rows
+            willneed(base + lo * width, (min(lo + block_rows, n) - lo) * width)
     for j in range(rows.shape[0]):
         r = rows[j]
         if r < 0:
@@ -107,10 +119,18 @@ def check_lists(lists, ok, crcs, list_start, block_start, lut, lut_width, factor
     bytes ``block_start[j] * lut_width : block_start[j + 1] * lut_width`` of ``lut``, then
     its entries' factor rows and ids (``factors`` and ``ids``: uint8 views, one entry
     ``factors.size // n`` and 4 bytes wide). Returns the first list that does not match, or
-    -1.
+    -1. The lists to check are first announced to the kernel, as in :func:`check_rows`.
     """
     n = list_start[list_start.shape[0] - 1]
     fw = factors.shape[0] // max(n, 1)
+    for p in range(lists.shape[0]):
+        j = lists[p]
+        if not ok[j]:
+            b0, b1 = block_start[j] * lut_width, block_start[j + 1] * lut_width
+            willneed(lut.ctypes.data + b0, b1 - b0)
+            e0, e1 = list_start[j], list_start[j + 1]
+            willneed(factors.ctypes.data + e0 * fw, (e1 - e0) * fw)
+            willneed(ids.ctypes.data + e0 * 4, (e1 - e0) * 4)
     for p in range(lists.shape[0]):
         j = lists[p]
         if ok[j]:

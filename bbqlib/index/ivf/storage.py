@@ -34,7 +34,7 @@ from ...io.atomic import (
     path_lock,
     remove_temp_files,
 )
-from ...io.blocks import BlockChecksums
+from ...io.blocks import BlockChecksums, advise_random
 from ...io.container import (
     CorruptFileError,
     check_format_version,
@@ -399,6 +399,8 @@ def _open_once(directory: Path, manifest: dict):
     posting_file = open_container(postings_path, mmap=True, verify=False)
     if posting_file.kind != POSTINGS_KIND:
         raise CorruptFileError(f"{postings_path} holds a {posting_file.kind!r}, not IVF postings")
+    for arr in posting_file.arrays.values():
+        advise_random(arr)  # a search reads a few lists: no read-around of megabytes
     postings = {k: v.view(np.ndarray) for k, v in posting_file.arrays.items()}
     postings["_section_crcs"] = posting_file.crcs
     if int(manifest["format_version"]) >= BLOCK_CRC_FORMAT and any(

@@ -1,0 +1,85 @@
+"""Ask the kernel to read ranges of a memory-mapped file ahead (``madvise(MADV_WILLNEED)``).
+
+A cold search of an index served from disk reads a few posting lists and a few dozen rerank
+rows, scattered over files mapped with ``MADV_RANDOM`` (no read-around: each page fault
+reads its own page, nothing the search does not need). Faulting them one after another waits
+for the disk once per page; announcing them all first lets the device serve the reads
+together, and the faults that follow wait for reads already in flight. The check kernels
+(:mod:`bbqlib._kernels.crc32`), which read every list and row the first time a search needs
+it, announce what they are about to read this way, so reranks and scans that follow find it
+in memory. The advice is a hint: it is not an error when it cannot be followed (memory that is
+not a file map, a range past the end), and it changes no result.
+
+:func:`willneed` calls the C library's ``madvise`` from compiled code (an LLVM call to the
+external symbol, registered with llvmlite here, so kernels that use it stay cacheable);
+where there is no ``madvise`` (Windows) it does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import sys
+
+import llvmlite.binding as ll
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .policy import kernel
+
+__all__ = ["HAS_MADVISE", "PAGE", "willneed"]
+
+#: The page size ``madvise`` aligns to.
+PAGE = mmap.PAGESIZE
+#: ``MADV_WILLNEED`` (3 on Linux and the BSDs, macOS included).
+_WILLNEED = getattr(mmap, "MADV_WILLNEED", 3)
+
+
+def _register_madvise() -> bool:
+    if sys.platform == "win32":
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
+        address = ctypes.cast(libc.madvise, ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return False
+    ll.add_symbol("madvise", address)  # cached kernels find it by name at load
+    return True
+
+
+#: Whether :func:`willneed` reaches ``madvise`` in this process.
+HAS_MADVISE = _register_madvise()
+
+
+@intrinsic
+def _madvise(typingctx, addr, length, advice):
+    """``madvise((void *) addr, length, advice)``: the C call, its int result."""
+    sig = types.int32(types.intp, types.intp, types.int32)
+
+    def codegen(context, builder, signature, args):
+        i8p = ir.IntType(8).as_pointer()
+        fnty = ir.FunctionType(ir.IntType(32), [i8p, ir.IntType(64), ir.IntType(32)])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "madvise")
+        return builder.call(fn, [builder.inttoptr(args[0], i8p), args[1], args[2]])
+
+    return sig, codegen
+
+
+if HAS_MADVISE:
+
+    @kernel(inline="always")
+    def willneed(address, nbytes):
+        """Ask for bytes ``address : address + nbytes`` of a map to be read ahead."""
+        start = address - address % PAGE
+        _madvise(start, address + nbytes - start, np.int32(_WILLNEED))
+
+else:  # pragma: no cover - Windows
+
+    @kernel(inline="always")
+    def willneed(address, nbytes):
+        """No ``madvise`` here: nothing to ask."""
+        return
