@@ -81,21 +81,61 @@ def _bound(depth: int) -> int:
     return 2 * depth + 4
 
 
+def _list_pages(index) -> int:
+    """The most pages one posting list spans over the sections a scan reads."""
+    post = index._postings
+    blocks, starts = post.lut_layout()
+    sizes = np.diff(post.start)
+    lut = np.diff(starts) * blocks.shape[1]
+    per_entry = post.factors.shape[1] * 4 + 4  # factors and ids
+    return int(((lut + PAGE - 1) // PAGE + 2 + (sizes * per_entry + PAGE - 1) // PAGE).max())
+
+
 @pytest.mark.parametrize("one", [True, False], ids=["one-query", "batch-of-one"])
-def test_cold_ivf_search_reads_only_its_rerank_rows(tmp_path, one):
+def test_cold_ivf_search_reads_only_its_lists_and_rerank_rows(tmp_path, one):
     X = _data()
     where = tmp_path / "ivf"
     index = bbqlib.IVFIndex(bits=1, similarity="cosine", path=where)
     index.add(X)
     del index
     vec = next(where.glob("vectors.*.npy"))
+    post = next(where.glob("postings.*.bbq"))
     _evict(vec)
+    _evict(post)
     index = bbqlib.IVFIndex.open(where)
+    opened = _resident_pages(post)  # the container's header and footer
     q = X[17] if one else X[17:18]
     index.search(q, 10, visit_percentage=20.0)
-    depth = int(index.last_search_stats["depth"])
+    stats = index.last_search_stats
+    depth = int(stats["depth"])
     resident = _resident_pages(vec)
     assert resident <= _bound(depth), (resident, depth)
+    # the visited lists' pages (their reads are announced ahead: no read-around beyond them)
+    lists = int(stats["lists_visited"])
+    assert _resident_pages(post) - opened <= lists * _list_pages(index) + 4, lists
+
+
+def test_willneed_reads_a_mapped_range_ahead(tmp_path):
+    """``willneed`` makes the kernel read a range of a map without anybody touching it, and
+    is harmless on memory that is not a file map."""
+    from bbqlib._kernels import prefetch
+
+    if not prefetch.HAS_MADVISE:
+        pytest.skip("no madvise on this platform")
+    path = tmp_path / "data.bin"
+    path.write_bytes(np.random.default_rng(0).integers(0, 256, 64 * PAGE, np.uint8).tobytes())
+    _evict(path)
+    arr = np.memmap(path, np.uint8, mode="r")
+    prefetch.willneed(arr.ctypes.data + 10 * PAGE + 100, 3 * PAGE)
+    import time
+
+    deadline = time.monotonic() + 5.0
+    while _resident_pages(path) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert 3 <= _resident_pages(path) <= 6
+    anon = np.zeros(10 * PAGE, np.uint8)
+    prefetch.willneed(anon.ctypes.data + 5, 2 * PAGE)  # not a file map: nothing happens
+    assert anon.sum() == 0
 
 
 def _section(path: Path, name: str) -> tuple[int, int]:
