@@ -500,3 +500,16 @@ def test_without_fcntl_the_first_save_warns_once(flat, tmp_path, monkeypatch):
         "this platform has no advisory file locks (fcntl): bbqlib cannot keep two processes "
         "from writing one index at once; write each index from one process"
     ]
+
+
+# ------------------------------------------------------------------ the benchmark's cases
+
+
+def test_every_lock_case_of_the_benchmark_is_named_not_silent(tmp_path, monkeypatch):
+    """``bench_faults.py``'s lock cases (``lock_harness``), once each: 0 silent writes."""
+    from lock_harness import LOCK_CASES, LockFixture, lock_trial
+
+    fix = LockFixture(tmp_path)
+    outcomes = {case: lock_trial(case, fix) for case in LOCK_CASES}
+    assert outcomes == dict.fromkeys(LOCK_CASES, "named")
+    assert locks.LOCK_TIMEOUT_ENV not in os.environ
