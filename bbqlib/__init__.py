@@ -13,6 +13,7 @@ from ._version import __version__
 from .encoding import ENCODINGS, Encoding, encoding_from_wire, get_encoding
 from .index import FlatIndex, IVFIndex
 from .io.container import CorruptFileError, UnsupportedFormatError
+from .io.locks import LockError, LockTimeoutError, get_lock_timeout, set_lock_timeout
 from .quantizers import (
     BBQQuantizer,
     EncodedVectors,
@@ -34,6 +35,8 @@ __all__ = [
     "Encoding",
     "FlatIndex",
     "IVFIndex",
+    "LockError",
+    "LockTimeoutError",
     "NotFittedError",
     "Quantizer",
     "RaBitQQuantizer",
@@ -45,9 +48,11 @@ __all__ = [
     "calibrate",
     "encoding_from_wire",
     "get_encoding",
+    "get_lock_timeout",
     "get_num_threads",
     "load",
     "repair",
+    "set_lock_timeout",
     "set_num_threads",
     "sizing",
     "thread_limit",

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .io.atomic import file_lock_path, path_lock, remove_temp_files
 from .io.container import CorruptFileError, read_container, read_kind
+from .io.locks import LockError, LockTimeoutError, lock_holder
 from .io.vectors import SUPPORTED_SUFFIXES, read_vectors
 
 __all__ = ["RepairReport", "repair"]
@@ -25,9 +29,16 @@ class RepairReport:
         writes, and in an IVF directory the files of no generation.
     busy : a live writer held the path's lock, so nothing was removed (its files are not
         orphans); run again when it is done.
+    holder : the pid of that writer, as its lock file records it (None: unknown).
+    lock_error : why the lock could not be taken at all, as an errno name (``"EROFS"``:
+        read-only file system; ``"EACCES"``/``"EPERM"``: no permission to create or open
+        the lock file), so nothing was removed; None when it was taken or busy.
     status : ``"ok"`` (opens, and every checksum matches when ``verify``), ``"corrupt"``
-        (see ``problem``), ``"missing"``, or ``"busy"``.
-    problem : the :class:`~bbqlib.CorruptFileError` message when ``status == "corrupt"``.
+        (see ``problem``), ``"missing"``, ``"busy"`` (a live writer holds the lock) or
+        ``"no_lock"`` (the lock cannot be taken: see ``lock_error``; the index was still
+        checked).
+    problem : the :class:`~bbqlib.CorruptFileError` message when ``status == "corrupt"``,
+        else the lock's error when ``status == "no_lock"``.
     """
 
     path: Path
@@ -36,6 +47,8 @@ class RepairReport:
     busy: bool = False
     status: str = "ok"
     problem: str | None = None
+    holder: int | None = None
+    lock_error: str | None = None
 
     @property
     def bytes_freed(self) -> int:
@@ -44,7 +57,8 @@ class RepairReport:
     def __str__(self) -> str:
         lines = [f"{self.path} ({self.kind}): {self.status}"]
         if self.busy:
-            lines.append("  a live writer holds the lock: nothing removed; try again later")
+            who = "a live writer" if self.holder is None else f"a live writer (pid {self.holder})"
+            lines.append(f"  {who} holds the lock: nothing removed; try again later")
         for name, size in self.removed:
             lines.append(f"  removed {name} ({size:,} bytes)")
         if self.removed:
@@ -89,11 +103,15 @@ def repair(path, *, verify: bool = True, wait: float = 0.0) -> RepairReport:
     if path.is_dir():
         return _repair_directory(path, verify, wait)
     report = RepairReport(path, "missing")
-    if path.parent.is_dir():
-        with path_lock(file_lock_path(path), blocking=wait > 0, timeout=wait or None) as got:
-            if got:
-                report.removed = remove_temp_files(path.parent, path.name)
-            report.busy = not got
+    target = Path(os.path.realpath(path))  # a symlink: its target's leftovers and lock
+    if target.parent.is_dir():
+        lock = file_lock_path(target)
+        with _lock_outcome(report, lock):
+            with path_lock(lock, blocking=wait > 0, timeout=wait) as got:
+                if got:
+                    report.removed = remove_temp_files(target.parent, target.name)
+                else:
+                    report.busy, report.holder = True, lock_holder(lock)
     if not path.exists():
         report.status = "busy" if report.busy else "missing"
         return report
@@ -113,8 +131,29 @@ def repair(path, *, verify: bool = True, wait: float = 0.0) -> RepairReport:
                 read_container(path, verify=verify)
     except CorruptFileError as err:
         report.status, report.problem = "corrupt", str(err)
-    if report.busy and report.status == "ok":
+    return _settled(report)
+
+
+@contextlib.contextmanager
+def _lock_outcome(report: RepairReport, lock: Path):
+    """Record a lock that is busy past ``wait`` or cannot be taken, instead of raising."""
+    try:
+        yield
+    except LockTimeoutError as err:
+        report.busy, report.holder = True, err.pid
+    except LockError as err:
+        report.lock_error = errno.errorcode.get(err.errno, str(err.errno))
+        report.problem = str(err)
+
+
+def _settled(report: RepairReport) -> RepairReport:
+    """The status when the index checked out but the lock was not taken."""
+    if report.status == "ok" and report.busy:
         report.status = "busy"
+    elif report.status == "ok" and report.lock_error is not None:
+        report.status = "no_lock"
+    elif report.status != "ok" and report.lock_error is not None and report.problem is None:
+        report.problem = f"the lock could not be taken ({report.lock_error})"
     return report
 
 
@@ -123,18 +162,21 @@ def _repair_directory(path: Path, verify: bool, wait: float) -> RepairReport:
     from .index.ivf import storage as ST
 
     report = RepairReport(path, "ivf")
-    removed = ST.clean_directory(path, blocking=wait > 0, timeout=wait or None)
-    report.busy = removed is None
-    report.removed = removed or []
+    lock = ST.dir_lock_path(path)
+    with _lock_outcome(report, lock):
+        removed = ST.clean_directory(path, blocking=wait > 0, timeout=wait)
+        report.removed = removed or []
+        if removed is None:
+            report.busy, report.holder = True, lock_holder(lock)
     if not (path / ST.MANIFEST).exists():
         report.status = "busy" if report.busy else "missing"
         return report
+    lock_problem, report.problem = report.problem, None
     try:
         index = IVFIndex.open(path)
         if verify:
             index.verify()
     except CorruptFileError as err:
         report.status, report.problem = "corrupt", str(err)
-    if report.busy and report.status == "ok":
-        report.status = "busy"
-    return report
+    report.problem = report.problem or lock_problem
+    return _settled(report)

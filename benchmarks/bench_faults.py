@@ -19,6 +19,13 @@ what each new check costs.
    of interleaved runs with the check and without it (monkeypatched off), single process;
    ``hdf5cost``: reading a real ann-benchmarks file through the HDF5 guard (libhdf5 in a
    worker process) against in-process h5py as before.
+5. **The lock cases** (issue 27, ``tests/lock_harness.py``): each class ``--lock-trials``
+   times in a worker process per tree: a lock file that cannot be opened (EACCES, EROFS;
+   flat save, IVF add), a stopped lock holder (flat save, IVF add), saves through a symlink,
+   a symlink loop, a dangling link, ``repair`` where the lock cannot be taken. Each trial is
+   ``named`` (an error naming the cause, or the write went to the link's target), ``vague``,
+   ``silent`` (written without the lock or in the wrong place, or a false "busy") or
+   ``hang``; the goal is 0 silent and 0 hangs.
 
     python benchmarks/bench_faults.py --baseline /tmp/fx2      # writes results/faults.md
     python benchmarks/bench_faults.py --only fuzz,kill --mutations 300 --kills 5   # quick
@@ -422,6 +429,31 @@ def hdf5_costs(repeats: int) -> list[dict]:
     return rows
 
 
+# --------------------------------------------------------------------------- 5. lock cases
+
+
+def _run_lock_worker(trials: int, hang_seconds: float) -> None:
+    """Every lock case ``trials`` times in this process; one JSON line of counts per case."""
+    from lock_harness import LOCK_CASES, LOCK_OUTCOMES, LockFixture, lock_trial
+
+    with tempfile.TemporaryDirectory(prefix="bbqlocks") as work:
+        fix = LockFixture(Path(work))
+        for case in LOCK_CASES:
+            counts = Counter(lock_trial(case, fix, hang_seconds) for _ in range(trials))
+            row = {"case": case, "tried": trials, **{k: counts.get(k, 0) for k in LOCK_OUTCOMES}}
+            print(json.dumps(row), flush=True)
+
+
+def lock_runs(trials: int, tree: Path, hang_seconds: float = 2.0) -> list[dict]:
+    """Rows of :func:`_run_lock_worker` run against ``tree`` (a crash is a row too)."""
+    proc = _worker(["locks", str(trials), str(hang_seconds)], tree)
+    stdout, _ = proc.communicate()
+    rows = [json.loads(line) for line in stdout.decode().splitlines() if line.startswith("{")]
+    if proc.returncode != 0:
+        rows.append({"case": f"worker exited {proc.returncode} after {len(rows)} cases"})
+    return rows
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -445,8 +477,9 @@ def main() -> None:
     p.add_argument("--stress-seconds", type=float, default=20.0)
     p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--hang-seconds", type=float, default=60.0)
+    p.add_argument("--lock-trials", type=int, default=50, help="per lock case")
     p.add_argument("--baseline", type=Path, help="another checkout to compare (e.g. main)")
-    p.add_argument("--only", default="fuzz,kill,stress,cost,hdf5cost")
+    p.add_argument("--only", default="fuzz,kill,stress,locks,cost,hdf5cost")
     p.add_argument("--seed", type=int, default=2024)
     p.add_argument("--out", type=Path, default=HERE / "results" / "faults.md")
     p.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
@@ -457,6 +490,8 @@ def main() -> None:
         if kind == "fuzz":
             target, n, seed, start, work = rest
             _run_fuzz_worker(target, int(n), int(seed), int(start), Path(work))
+        elif kind == "locks":
+            _run_lock_worker(int(rest[0]), float(rest[1]))
         else:
             print(json.dumps(_stress(rest[0], float(rest[1]))), flush=True)
         return
@@ -517,6 +552,17 @@ def main() -> None:
         notes.append("first exceptions: " + ("; ".join(
             f"{r['tree']} {r['kind']}: {r['first_exception']}" for r in rows
             if r.get("first_exception")) or "none"))  # fmt: skip
+    if "locks" in only:
+        rows = []
+        for tree_name, tree in trees:
+            for res in lock_runs(args.lock_trials, tree):
+                rows.append({"tree": tree_name, **res})
+                print(tree_name, res)
+        cols = [("tree", "code"), ("case", "lock case"), ("tried", "tried"),
+                ("named", "cause named"), ("vague", "vague errors"),
+                ("silent", "silent writes / false busy"), ("hang", "hangs")]  # fmt: skip
+        tables.append("### Lock cases (`tests/lock_harness.py`)\n\n"
+                      + C.markdown_table(rows, cols))  # fmt: skip
     if "cost" in only or "hdf5cost" in only:
         rows = (costs(args.repeats) if "cost" in only else []) + (
             hdf5_costs(args.repeats) if "hdf5cost" in only else [])  # fmt: skip

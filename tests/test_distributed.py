@@ -468,3 +468,29 @@ def test_block_checksums_joined_from_partition_pieces():
     assert np.array_equal(join_blocks(results, 1000, block_rows=64), want)
     with pytest.raises(RuntimeError, match="do not cover"):
         join_blocks(results[:-1], 1000, block_rows=64)
+
+
+def test_a_build_whose_lock_cannot_be_taken_writes_nothing(built, data, tmp_path, monkeypatch):
+    """Locks fail closed (issue 27): the build raises LockError naming the cause and the
+    index it would have replaced is untouched; a symlinked directory builds in its target."""
+    X, _, _ = data
+    path = tmp_path / "ivf"
+    shutil.copytree(built, path)
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in path.iterdir())
+    real_open = os.open
+
+    def no_lock(name, flags, *args, **kwargs):
+        if str(name).endswith(".bbqlib.lock"):
+            raise PermissionError(13, "Permission denied", str(name))
+        return real_open(name, flags, *args, **kwargs)
+
+    monkeypatch.setattr("bbqlib.distributed.build.resolve_client", lambda c: None)
+    with monkeypatch.context() as mp:
+        mp.setattr(os, "open", no_lock)
+        with pytest.raises(bbqlib.LockError, match="EACCES"):
+            build_ivf(X[:700], path, cluster_size=64)
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in path.iterdir()) == before
+    link = tmp_path / "current"
+    link.symlink_to(path)
+    build_ivf(X[:700], link, cluster_size=64)
+    assert link.is_symlink() and bbqlib.IVFIndex.open(path).ntotal == 700

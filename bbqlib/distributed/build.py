@@ -44,6 +44,7 @@ from ..index.ivf.build import (
     residual_sample,
     split_lists,
 )
+from ..io.atomic import LockError, resolve_target
 from ..io.blocks import BLOCK_ROWS, BlockChecksums
 from ..packing import lut_block_starts
 from ._dask import broadcast, require, resolve_client, run_tasks
@@ -150,6 +151,9 @@ def build_ivf(
     ------
     BuildError
         A stage failed (e.g. a task failed on every retry); ``path`` is as it was.
+    bbqlib.LockError
+        The directory's lock cannot be taken, or another writer held it past the lock
+        timeout (``LockTimeoutError``); ``path`` is as it was.
     """
     require()
     from ..index.ivf import IVFIndex
@@ -176,7 +180,7 @@ def build_ivf(
         raise ValueError(f"sample must be a positive int (rows), got {sample!r}")
     client = resolve_client(client)
     show = n >= 1_000_000 if progress is None else bool(progress)
-    path = Path(path)
+    path = resolve_target(path)  # a symlinked directory: build in its target
     build = _Build(index, X, path, int(min(sample, n)), refine, client, show)
     build.ids = ids
     if like is not None:
@@ -215,6 +219,7 @@ class _Build:
     # ------------------------------------------------------------------ stages
     def run(self):
         from ..index.ivf import IVFIndex
+        from ..index.ivf import storage as ST
 
         created = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
@@ -223,39 +228,34 @@ class _Build:
         moved: list[Path] = []
         stage = self.mark("sample")
         try:
-            if self.centroids is not None:
-                stage = self.mark("encode")
-                assigner, results = self.encode(self.centroids, None, None)
-                stage = self.mark("merge")
-                postings = self.merge(assigner, results)
-                stage = self.mark("commit")
-                self.commit(assigner.C, results, postings, moved)
-                self.mark(None)
-                shutil.rmtree(self.staging, ignore_errors=True)
-                return IVFIndex.open(self.path)
-            fit_rows, km_rows = self.sample_rows()
-            q = self.index.quantizer
-            q.fit(fit_rows)
-            del fit_rows
-            stage = self.mark("cluster")
-            C, S_assign, S = self.cluster(km_rows)
-            del km_rows
-            if self.refine:
-                stage = self.mark("means")
-                C, S_assign = self.means(C, S)
-                if self.oversized.size:
-                    stage = self.mark("split")
-                    C = self.split(C)
+            C, S_assign, S = self.centroids, None, None
+            if C is None:
+                fit_rows, km_rows = self.sample_rows()
+                q = self.index.quantizer
+                q.fit(fit_rows)
+                del fit_rows
+                stage = self.mark("cluster")
+                C, S_assign, S = self.cluster(km_rows)
+                del km_rows
+                if self.refine:
+                    stage = self.mark("means")
+                    C, S_assign = self.means(C, S)
+                    if self.oversized.size:
+                        stage = self.mark("split")
+                        C = self.split(C)
             stage = self.mark("encode")
             assigner, results = self.encode(C, S, S_assign)
             del S
             stage = self.mark("merge")
-            postings = self.merge(assigner, results)
-            stage = self.mark("commit")
-            self.commit(assigner.C, results, postings, moved)
+            # The directory's lock from the generation number to MANIFEST: no other writer
+            # takes that number, and no open removes the files moved in as a dead writer's.
+            with ST.directory_lock(self.path):
+                postings = self.merge(assigner, results)
+                stage = self.mark("commit")
+                self.commit(assigner.C, results, postings, moved)
         except BaseException as err:
             self.abort(created, moved)
-            if isinstance(err, (KeyboardInterrupt, ValueError, TypeError)):
+            if isinstance(err, (KeyboardInterrupt, ValueError, TypeError, LockError)):
                 raise
             raise BuildError(
                 f"distributed IVF build failed in stage {stage!r} ({type(err).__name__}: "

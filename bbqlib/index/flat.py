@@ -370,7 +370,11 @@ class FlatIndex:
         """Write the index to one checksummed file, atomically (see :mod:`bbqlib.io.container`).
 
         Holds the path's advisory lock while writing (and removes temporary files that
-        killed writers of ``path`` left). Thread-safe: a concurrent :meth:`add` waits.
+        killed writers of ``path`` left). Thread-safe: a concurrent :meth:`add` waits. A
+        symlink ``path`` is written through: its target is replaced, the link kept. Raises
+        :class:`~bbqlib.LockError` when the lock cannot be taken (``errno`` says why) and
+        :class:`~bbqlib.LockTimeoutError` when another process holds it past the lock
+        timeout (:func:`bbqlib.set_lock_timeout`); nothing is written then.
         """
         with self._guard.reading():
             if not self.quantizer.is_fitted:

@@ -11,12 +11,14 @@ loss) leaves its temporary file behind; such *orphans* are removed
   (:func:`clean_orphans`, non-blocking: an open never waits for a writer),
 - by :func:`bbqlib.repair`, which reports what it removed.
 
-Locks are advisory ``flock`` locks on a small lock file: ``.<name>.lock`` beside a file,
-``<directory>/.bbqlib.lock`` inside an IVF directory. A writer holds the lock for the whole
-write (an IVF ``add`` or ``save``: every file of the new generation); the lock file is removed
-when the lock is released. The kernel releases the lock of a killed process, so a stale lock
-file never blocks anybody; it is removed by the next holder. Re-entrant within a thread.
-Where ``fcntl`` is missing (Windows) locking is a no-op and cleanup trusts the caller.
+Locks (:mod:`bbqlib.io.locks`) are advisory ``flock`` locks on a small lock file:
+``.<name>.lock`` beside a file, ``<directory>/.bbqlib.lock`` inside an IVF directory. A
+writer holds the lock for the whole write (an IVF ``add`` or ``save``: every file of the new
+generation); a lock that cannot be taken is an error, never a write without it.
+
+A write through a symlink goes to the link's target (resolved when the write starts): the
+temporary file is made beside the target and renamed over it, and the lock is the target's,
+so writers through the link and through the target exclude each other.
 """
 
 from __future__ import annotations
@@ -26,18 +28,23 @@ import errno
 import os
 import re
 import secrets
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-try:  # POSIX only; see the module docstring for the fallback
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None
+from .locks import (
+    DIR_LOCK_NAME,
+    LockError,
+    LockTimeoutError,
+    dir_lock_path,
+    file_lock_path,
+    path_lock,
+    resolve_target,
+)
 
 __all__ = [
     "DIR_LOCK_NAME",
+    "LockError",
+    "LockTimeoutError",
     "atomic_path",
     "clean_orphans",
     "dir_lock_path",
@@ -46,18 +53,14 @@ __all__ = [
     "is_temp_name",
     "path_lock",
     "remove_temp_files",
+    "resolve_target",
     "temp_path",
 ]
 
-#: Lock file inside a directory-shaped index (IVF).
-DIR_LOCK_NAME = ".bbqlib.lock"
 #: ``.<target>.<token>.tmp``; earlier bbqlib took tokens from ``tempfile.mkstemp`` (8 chars).
 _TEMP_RE = re.compile(r"^\.(?P<target>.+)\.(?:[0-9a-f]{16}|[a-z0-9_]{8})\.tmp$")
 #: Working copies of IVF builds of earlier bbqlib (``.work.<12 hex>.f32``).
 _LEGACY_WORK_RE = re.compile(r"^\.work\.[0-9a-f]{12}\.f32$")
-
-_held: dict[str, list] = {}  # lock file -> [thread id, depth, fd]
-_held_guard = threading.Lock()
 
 
 def temp_path(target: Path) -> Path:
@@ -71,100 +74,6 @@ def is_temp_name(name: str, target_name: str | None = None) -> bool:
     if m is not None:
         return target_name is None or m.group("target") == target_name
     return target_name in (None, "work.f32") and _LEGACY_WORK_RE.match(name) is not None
-
-
-def file_lock_path(path: Path) -> Path:
-    """The lock file of a single-file target: ``.<name>.lock`` beside it."""
-    path = Path(path)
-    return path.parent / f".{path.name}.lock"
-
-
-def dir_lock_path(directory: Path) -> Path:
-    """The lock file of a directory-shaped index: ``<directory>/.bbqlib.lock``."""
-    return Path(directory) / DIR_LOCK_NAME
-
-
-def _try_flock(lock_file: Path, blocking: bool) -> int | None:
-    """An fd holding an exclusive flock on ``lock_file`` (the file currently at that path)."""
-    while True:
-        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        except BaseException:
-            os.close(fd)
-            raise
-        # The previous holder removes the file when it releases: make sure we locked the file
-        # that is at the path now, not an unlinked one (else two holders could coexist).
-        try:
-            now = os.stat(lock_file)
-        except FileNotFoundError:
-            now = None
-        mine = os.fstat(fd)
-        if now is not None and (now.st_ino, now.st_dev) == (mine.st_ino, mine.st_dev):
-            return fd
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def path_lock(
-    lock_file, *, blocking: bool = True, timeout: float | None = None, reentrant: bool = True
-) -> Iterator[bool]:
-    """Hold the advisory lock ``lock_file``; yields whether it was acquired.
-
-    ``blocking=False`` yields False at once when another process (or thread) holds it;
-    ``timeout`` (seconds, with ``blocking``) gives up after that long and yields False. A
-    directory that cannot hold the lock file (read-only) yields False without waiting.
-    Re-entrant: a thread that holds the lock acquires it again at once (``reentrant=False``:
-    yields False instead).
-    """
-    if fcntl is None:  # pragma: no cover - Windows: no advisory locks
-        yield True
-        return
-    key = os.path.abspath(lock_file)
-    me = threading.get_ident()
-    with _held_guard:
-        entry = _held.get(key)
-        reentered = entry is not None and entry[0] == me
-        if reentered and reentrant:
-            entry[1] += 1
-    if reentered and not reentrant:
-        yield False
-        return
-    if reentered:
-        try:
-            yield True
-        finally:
-            with _held_guard:
-                _held[key][1] -= 1
-        return
-    fd = None
-    deadline = None if timeout is None else time.monotonic() + timeout
-    try:
-        while True:
-            fd = _try_flock(Path(key), blocking and deadline is None)
-            if fd is not None or not blocking or time.monotonic() >= deadline:
-                break
-            time.sleep(0.01)
-    except OSError as err:
-        if err.errno not in (errno.EACCES, errno.EROFS, errno.EPERM, errno.ENOENT):
-            raise
-        fd = None  # read-only or vanished directory: nobody can write here anyway
-    if fd is None:
-        yield False
-        return
-    with _held_guard:
-        _held[key] = [me, 1, fd]
-    try:
-        yield True
-    finally:
-        with _held_guard:
-            del _held[key]
-        with contextlib.suppress(OSError):
-            os.unlink(key)
-        os.close(fd)
 
 
 def remove_temp_files(directory: Path, target_name: str | None = None) -> list[tuple[str, int]]:
@@ -193,17 +102,22 @@ def clean_orphans(path) -> list[tuple[str, int]]:
     """At the open of the single-file index ``path``: remove its orphaned temporary files.
 
     Non-blocking: when a live writer holds the path's lock nothing is removed (its temporary
-    file is not an orphan). A lock file that a killed writer left goes too (a released
-    lock removes its file). Returns ``(name, bytes)`` of the removed temporary files.
+    file is not an orphan), nor when the lock cannot be taken at all (a read-only file
+    system: nothing can be removed there anyway). A lock file that a killed writer left goes
+    too (a released lock removes its file). ``path`` may be a symlink: the orphans are its
+    target's. Returns ``(name, bytes)`` of the removed temporary files.
     """
-    path = Path(path)
+    path = Path(os.path.realpath(path))
     lock = file_lock_path(path)
     if not path.parent.is_dir() or not any(
         is_temp_name(n, path.name) or n == lock.name for n in os.listdir(path.parent)
     ):
         return []  # the common case costs one listdir, and takes no lock
-    with path_lock(lock, blocking=False, reentrant=False) as got:
-        return remove_temp_files(path.parent, path.name) if got else []
+    try:
+        with path_lock(lock, blocking=False, reentrant=False) as got:
+            return remove_temp_files(path.parent, path.name) if got else []
+    except LockError:  # an open must work where it cannot write: cleanup is for later
+        return []
 
 
 @contextlib.contextmanager
@@ -214,12 +128,19 @@ def atomic_path(path, *, lock: bool = True) -> Iterator[Path]:
     ``lock=True`` holds the path's lock (:func:`file_lock_path`) for the whole write and first
     removes temporary files that killed writers of ``path`` left; pass False when the caller
     already holds a lock covering ``path`` (the files of an IVF directory).
+
+    A symlink ``path`` is written through (:func:`resolve_target`): the temporary file is
+    made beside its target and renamed over the target, under the target's lock. A lock
+    that cannot be taken raises :class:`LockError`, one held elsewhere for longer than the
+    lock timeout :class:`LockTimeoutError`; nothing is written then.
     """
-    path = Path(path)
+    path = resolve_target(path)
     if not path.parent.is_dir():
         raise FileNotFoundError(errno.ENOENT, "directory does not exist", str(path.parent))
     guard = path_lock(file_lock_path(path)) if lock else contextlib.nullcontext(True)
-    with guard:
+    with guard as got:
+        if not got:  # pragma: no cover - a blocking path_lock acquires or raises
+            raise LockError(errno.EAGAIN, "the write lock was not acquired", str(path))
         if lock:
             remove_temp_files(path.parent, path.name)
         tmp = temp_path(path)

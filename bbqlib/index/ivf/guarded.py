@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from ...io.atomic import resolve_target
 from .._locks import IndexGuard
 from . import files as F
 from . import storage as ST
@@ -41,7 +42,8 @@ class GuardedWrites:
             if path is None:
                 yield
             else:
-                Path(path).mkdir(parents=True, exist_ok=True)  # the lock file lives inside
+                path = resolve_target(path)  # a symlinked directory: its target's lock
+                path.mkdir(parents=True, exist_ok=True)  # the lock file lives inside
                 with ST.directory_lock(path):
                     yield
 

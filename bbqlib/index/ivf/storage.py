@@ -28,11 +28,13 @@ import numpy as np
 
 from ...io.atomic import (
     DIR_LOCK_NAME,
+    LockError,
     atomic_path,
     dir_lock_path,
     is_temp_name,
     path_lock,
     remove_temp_files,
+    resolve_target,
 )
 from ...io.blocks import BlockChecksums, advise_random
 from ...io.container import (
@@ -104,9 +106,10 @@ class StaleIndexError(RuntimeError):
     own; saving would drop that process's changes. Reopen (``IVFIndex.open``) and redo."""
 
 
-def directory_lock(directory, *, blocking: bool = True):
-    """The advisory lock every writer of the IVF directory holds (``bbqlib.io.atomic``)."""
-    return path_lock(dir_lock_path(directory), blocking=blocking)
+def directory_lock(directory, *, blocking: bool = True, timeout: float | None = None):
+    """The advisory lock every writer of the IVF directory holds (:mod:`bbqlib.io.locks`:
+    raises ``LockError`` when it cannot be taken, ``LockTimeoutError`` after ``timeout``)."""
+    return path_lock(dir_lock_path(directory), blocking=blocking, timeout=timeout)
 
 
 # --------------------------------------------------------------------------- checksums
@@ -203,7 +206,7 @@ def save_generation(
     moved on since (another process saved), :class:`StaleIndexError` is raised and nothing
     is written.
     """
-    directory = Path(directory)
+    directory = resolve_target(directory)  # a symlinked directory: write into its target
     directory.mkdir(parents=True, exist_ok=True)
     with directory_lock(directory):
         manifest = _read_manifest(directory)
@@ -318,9 +321,12 @@ def clean_directory(
     generation (a save killed before or after its ``MANIFEST`` swap).
 
     Only when no live writer holds the directory's lock (``blocking=False``: else return
-    None at once; ``timeout``: give up after that many seconds). Files of the current
-    generation are never touched; files of older generations that another process still
-    maps stay readable to it (POSIX keeps an unlinked file's data while it is mapped).
+    None at once; ``blocking=True``: wait at most ``timeout`` seconds, then raise
+    ``LockTimeoutError``; None: the lock timeout). A lock that cannot be taken (read-only
+    file system, no permission) raises ``LockError``; an open catches it and skips. Files
+    of the current generation are never touched; files of older generations that another
+    process still maps stay readable to it (POSIX keeps an unlinked file's data while it is
+    mapped).
     ``keep``: ``(generation, names)`` the caller just read (skips re-reading the header).
     Returns ``(name, bytes)`` of what was removed.
     """
@@ -452,7 +458,10 @@ def open_generation(directory):
             continue
         names = _keep_of(manifest, opened[0])
         if _litter(directory, names):
-            clean_directory(directory, keep=(manifest["generation"], names))
+            try:
+                clean_directory(directory, keep=(manifest["generation"], names))
+            except LockError:  # read-only, or not ours to write: an open still serves
+                pass
         return opened
     raise AssertionError("unreachable")  # pragma: no cover
 
