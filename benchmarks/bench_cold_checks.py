@@ -149,8 +149,9 @@ def main(argv=None) -> int:
             for r in rows
         ]
     )
+    names = {args.workdir: "$WORKDIR", args.out: "$OUT"}
     command = "python benchmarks/bench_cold_checks.py " + " ".join(
-        a for a in (argv or sys.argv[1:]) if not a.startswith("/")
+        names.get(a, a) for a in (argv or sys.argv[1:])
     )
     notes = [
         "Each row: a fresh process (kernels loaded on a small throwaway index), the page "

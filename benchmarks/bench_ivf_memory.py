@@ -233,6 +233,12 @@ def dir_bytes(path: Path) -> int:
 
 
 # ----------------------------------------------------------------------------- main
+def _portable_args(argv: list, args) -> str:
+    """The command's arguments with this machine's paths replaced by placeholders."""
+    names = {args.workdir: "$WORKDIR", args.out: "$OUT"}
+    return " ".join(names.get(a, a) for a in argv)
+
+
 def prepare_data(n: int, workdir: Path):
     from _synthetic import make_clustered
 
@@ -538,7 +544,7 @@ def write_report(args, builds, settings, sweeps, runs) -> None:
     _common.write_result(
         args.out,
         f"IVF at scale: {n:,} x 384, bytes on disk and latency under memory caps",
-        "python benchmarks/bench_ivf_memory.py " + " ".join(a for a in sys.argv[1:]),
+        "python benchmarks/bench_ivf_memory.py " + _portable_args(sys.argv[1:], args),
         ["### Build and size\n\n" + t1, "### Latency under memory caps\n\n" + t2],
         notes,
     )
