@@ -365,8 +365,10 @@ class IVFIndex(GuardedWrites):
         the disk (:func:`bbqlib.io.preload.preload_arrays`); with :func:`bbqlib.warmup` the
         first query then costs about what later ones do.
 
-        Raises ``FileNotFoundError`` when ``path`` holds no index and
-        :class:`~bbqlib.CorruptFileError` when a file is missing, truncated or damaged.
+        Raises ``FileNotFoundError`` when ``path`` holds no index (after removing what a
+        killed first build left there) and :class:`~bbqlib.CorruptFileError` when a file is
+        missing, truncated, damaged or not the one the header records (IVF format 9: a file
+        of another index, copy or generation; ``docs/ivf-format.md``).
         """
         path = Path(path)
         opened = ST.open_generation(path)
