@@ -15,6 +15,13 @@ what each new check costs.
 3. **Concurrency stress**: one writer and three searching threads for ``--stress-seconds``
    per index kind (in a subprocess: a crash is counted); exceptions, lost rows, invalid ids,
    searches per second during writes against the same threads without a writer.
+5. **Races, swaps, first builds** (issue 27; ``tests/race_harness.py``): ``races``, opens
+   of a flat file and of an IVF directory while a child process saves two versions of it
+   over the same path in a loop (``--race-loads`` opens each: errors and opens equal to
+   neither version must be 0); ``swaps``, files of another index, copy or generation put in
+   an IVF directory (each must fail at open: 0 silent); ``firstbuild``, ``kill -9`` of a
+   child building a path-backed IVF index at a random moment (``--first-builds``), then
+   ``repair`` or an open (0 bytes must be left).
 4. **The cost of each new check** on search, add, save and open speed, as the median ratio
    of interleaved runs with the check and without it (monkeypatched off), single process;
    ``hdf5cost``: reading a real ann-benchmarks file through the HDF5 guard (libhdf5 in a
@@ -157,6 +164,50 @@ def kill_runs(kind: str, trials: int, tree: Path, seed: int) -> dict:
         if proc.wait() != 0:
             out.setdefault("errors", []).append(stderr.decode()[-300:])
     return out
+
+
+# --------------------------------------------------------------------------- 5. races (27)
+
+
+def race_run(what: str, tree: Path, loads: int, builds: int, seed: int) -> dict:
+    """``what`` (``flat``/``ivf`` opens during saves, ``swaps``, ``firstbuild``) in one worker
+    process importing ``tree``'s bbqlib; its result row."""
+    cmd = [sys.executable, str(Path(__file__)), "--worker", "race", what, str(loads),
+           str(builds), str(seed)]  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="bbqracecwd") as cwd:  # not the repository
+        proc = subprocess.run(cmd, capture_output=True, env=_env(tree), cwd=cwd)
+    try:
+        return json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"what": what, "error": proc.stderr.decode()[-300:]}
+
+
+def _race_worker(what: str, loads: int, builds: int, seed: int) -> dict:
+    import race_harness as R
+
+    work = Path(tempfile.mkdtemp(prefix="bbqrace"))
+    try:
+        if what in ("flat", "ivf"):
+            c = R.loads_during_saves(what, work, seconds=float("inf"), loads=loads)
+            first = next((k for k in c if k.startswith("error:")), "")
+            return {"what": f"{what}: opens during saves", "tried": loads, "a": c["a"],
+                    "b": c["b"], "errors": c["error"], "wrong": c["wrong"],
+                    "first_error": first}  # fmt: skip
+        if what == "swaps":
+            return {"what": "swaps", **R.swap_outcomes(work)}
+        rng = np.random.default_rng(seed)
+        out = {"what": "killed first builds", "tried": builds, "killed": 0, "left_bytes": 0,
+               "after_bytes": 0, "files_after": []}  # fmt: skip
+        for i in range(builds):
+            then = ("repair", "open")[i % 2]
+            r = R.killed_first_build(work / str(i), float(rng.uniform(0, 1.5)), then=then)
+            out["killed"] += r["killed"]
+            out["left_bytes"] += r["left"]
+            out["after_bytes"] += r["after"]
+            out["files_after"] += r["files_after"]
+        return out
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- 3. stress
@@ -467,6 +518,44 @@ def _fuzz_rows(name: str, res: dict, tree_name: str) -> list[dict]:
     return out
 
 
+def race_tables(only: set, trees: list, args) -> list[str]:
+    """The tables of section 5 (races, swaps, killed first builds)."""
+    import _common as C
+
+    tables = []
+    run = [w for w, on in (("flat", "races"), ("ivf", "races"), ("swaps", "swaps"),
+                           ("firstbuild", "firstbuild")) if on in only]  # fmt: skip
+    rows = {w: [] for w in run}
+    for tree_name, tree in trees:
+        for what in run:
+            r = race_run(what, tree, args.race_loads, args.first_builds, args.seed)
+            print(tree_name, r, flush=True)
+            rows[what].append({"tree": tree_name, **r})
+    races = rows.get("flat", []) + rows.get("ivf", [])
+    if races:
+        cols = [("tree", "code"), ("what", "index"), ("tried", "opens"), ("a", "= version a"),
+                ("b", "= version b"), ("errors", "errors"), ("wrong", "wrong (a mix)"),
+                ("first_error", "first error")]  # fmt: skip
+        tables.append("### Opens while another process saves the same path\n\n"
+                      + C.markdown_table(races, cols))  # fmt: skip
+    if rows.get("swaps"):
+        swap = [{"tree": r["tree"], "file": k, "outcome": v} for r in rows["swaps"]
+                for k, v in r.items() if k not in ("tree", "what")]  # fmt: skip
+        cols = [("tree", "code"), ("file", "file swapped in"), ("outcome", "outcome")]
+        tables.append("### Files of another index, copy or generation (clean: "
+                      "CorruptFileError at open; silent: served)\n\n"
+                      + C.markdown_table(swap, cols))  # fmt: skip
+    if rows.get("firstbuild"):
+        cols = [("tree", "code"), ("tried", "kills"), ("killed", "before the commit"),
+                ("left_bytes", "bytes left"), ("after_bytes", "bytes after repair/open"),
+                ("files_after", "files after")]  # fmt: skip
+        tables.append(
+            "### kill -9 of a first path-backed IVF build, then repair (even "
+            "trials) or open (odd)\n\n" + C.markdown_table(rows["firstbuild"], cols)
+        )
+    return tables
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--mutations", type=int, default=2000, help="per target")
@@ -479,7 +568,9 @@ def main() -> None:
     p.add_argument("--hang-seconds", type=float, default=60.0)
     p.add_argument("--lock-trials", type=int, default=50, help="per lock case")
     p.add_argument("--baseline", type=Path, help="another checkout to compare (e.g. main)")
-    p.add_argument("--only", default="fuzz,kill,stress,locks,cost,hdf5cost")
+    p.add_argument("--only", default="fuzz,kill,stress,locks,cost,hdf5cost,races,swaps,firstbuild")
+    p.add_argument("--race-loads", type=int, default=10_000, help="opens per index kind")
+    p.add_argument("--first-builds", type=int, default=20, help="killed first builds")
     p.add_argument("--seed", type=int, default=2024)
     p.add_argument("--out", type=Path, default=HERE / "results" / "faults.md")
     p.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
@@ -492,6 +583,8 @@ def main() -> None:
             _run_fuzz_worker(target, int(n), int(seed), int(start), Path(work))
         elif kind == "locks":
             _run_lock_worker(int(rest[0]), float(rest[1]))
+        elif kind == "race":
+            print(json.dumps(_race_worker(rest[0], *map(int, rest[1:]))), flush=True)
         else:
             print(json.dumps(_stress(rest[0], float(rest[1]))), flush=True)
         return
@@ -573,6 +666,8 @@ def main() -> None:
                 ("note", "")]  # fmt: skip
         tables.append("### Cost of the checks (median of interleaved pairs)\n\n"
                       + C.markdown_table(rows, cols))  # fmt: skip
+    if only & {"races", "swaps", "firstbuild"}:
+        tables += race_tables(only, trees, args)
     notes.append(f"uptime at end: {C._loadavg()}")
     command = "python benchmarks/bench_faults.py " + " ".join(sys.argv[1:])
     C.write_result(args.out, "Faults: mutated files, kill -9, threads, and what checks cost",

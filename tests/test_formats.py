@@ -150,5 +150,12 @@ def test_format_5_header_without_block_checksums_is_refused(tmp_path):
     manifest = json.loads((path / "MANIFEST").read_text())
     manifest["format_version"] = ivf_storage.BLOCK_CRC_FORMAT  # a v4 header under a v5 name
     (path / "MANIFEST").write_text(json.dumps(manifest))
+    # the header's own version is checked against MANIFEST's first
+    with pytest.raises(bbqlib.CorruptFileError, match="format version 4 but MANIFEST names"):
+        bbqlib.load(path)
+    header = path / manifest["header"]
+    kind, meta, arrays = read_container(header, mmap=False)
+    meta["format_version"] = ivf_storage.BLOCK_CRC_FORMAT  # a v5 header without the checksums
+    write_container(header, kind, meta, arrays)
     with pytest.raises(bbqlib.CorruptFileError, match="block checksums"):
         bbqlib.load(path)

@@ -22,6 +22,7 @@ from bbqlib.encoding import get_encoding, padded_dim
 from bbqlib.index.ivf import plan as S
 from bbqlib.index.ivf.scan import uses_lut
 from bbqlib.index.ivf.storage import FORMAT_VERSION
+from bbqlib.io.blocks import file_map
 from bbqlib.packing import lut_blocks, lut_list_blocks, pack_planes
 from bbqlib.scoring import dedup_topk
 
@@ -116,7 +117,7 @@ def test_format_2_files_carry_checked_blocks(vectors, tmp_path):
     manifest = json.loads((tmp_path / "ix" / "MANIFEST").read_text())
     assert manifest["format_version"] == FORMAT_VERSION
     opened = IVFIndex.open(tmp_path / "ix")
-    assert opened._postings.lut is not None and isinstance(opened._postings.lut[0].base, np.memmap)
+    assert opened._postings.lut is not None and file_map(opened._postings.lut[0]) is not None
     got = opened.search(Q, 10, visit_percentage=20.0)
     np.testing.assert_array_equal(got[1], expected[1])
     # Flip a byte of the blocks of the list the first query visits first.

@@ -135,10 +135,11 @@ def test_damaged_row_of_an_int8_segment_is_caught_on_first_read(data, tmp_path):
     index.save(tmp_path / "d")
     (seg,) = (tmp_path / "d").glob("vectors.*.npy")
     raw = bytearray(seg.read_bytes())
-    raw[-5] ^= 0x40  # a code byte of the last row
+    row = len(X) - 2  # the first and the last row are checked at open (format 9)
+    raw[-5 - (X.shape[1] + 4)] ^= 0x40  # a code byte of that row
     seg.write_bytes(bytes(raw))
     back = IVFIndex.open(tmp_path / "d")
-    with pytest.raises(CorruptFileError, match=f"row {len(X) - 1} fails its CRC32"):
+    with pytest.raises(CorruptFileError, match=f"row {row} fails its CRC32"):
         back.search(Q, 10, visit_percentage=100.0, oversample=200.0)
     with pytest.raises(CorruptFileError):
         IVFIndex.open(tmp_path / "d").verify()

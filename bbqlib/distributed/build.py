@@ -402,7 +402,7 @@ class _Build:
     def merge(self, a, results):
         """SOAR cap over all rows, then lists merged into one posting file by the workers."""
         from ..index.ivf import storage as ST
-        from ..io.streamed import StreamedContainer, crc32_combine
+        from ..io.streamed import StreamedContainer, crc32_combine, write_rows
         from ._tasks import MergePlan, merge_lists
 
         K = a.n_lists
@@ -438,7 +438,7 @@ class _Build:
             sections.append(("row_ids", np.int64, (self.n,)))
         gen = _next_generation(self.path)
         container = StreamedContainer(
-            self.path / f"postings.{gen:06d}.bbq", ST.POSTINGS_KIND, {"generation": gen},
+            self.path / f"postings.{gen:06d}.bbq", ST.POSTINGS_KIND, ST.postings_meta(gen),
             sections, partial=self.staging / "postings.partial",
         )  # fmt: skip
         container.allocate()
@@ -459,8 +459,6 @@ class _Build:
                 piece, nbytes = p[2][name]
                 value = crc32_combine(value, piece, nbytes)
             section_crc[name] = value
-        from ..io.streamed import write_rows
-
         rows_of = {"assignments": self.assignments, "row_ids": self.ids}
         for name in [s[0] for s in sections if s[0] in rows_of]:
             value = 0
@@ -472,45 +470,46 @@ class _Build:
         return container, section_crc, start, crc, lut_crc
 
     def commit(self, C, results, postings, moved) -> None:
-        """Posting file and vector segments into ``path``, then header and MANIFEST."""
+        """Files into ``path``, then header and MANIFEST, under the directory's lock."""
         from ..index.ids import RowIds
         from ..index.ivf import files as F
         from ..index.ivf import storage as ST
         from ..index.ivf.postings import Postings
         from ..io.container import read_container
 
-        container, section_crc, start, crc, lut_crc = postings
-        segments = []
-        if self.vectors is not None:
-            from ..io.streamed import crc32_combine
+        with ST.directory_lock(self.path):  # an open must not take them for leftovers
+            container, section_crc, start, crc, lut_crc = postings
+            segments = []
+            if self.vectors is not None:
+                from ..io.streamed import crc32_combine
 
-            vec_crc = 0
-            for r in results:
-                vec_crc = crc32_combine(vec_crc, *r["vectors_crc"])
-            checks = BlockChecksums(join_blocks(results, self.n), BLOCK_ROWS, None)
-            target = self.path / self.vectors.name
-            with open(self.vectors, "r+b") as f:
-                os.fsync(f.fileno())
-            self.vectors.replace(target)
-            moved.append(target)
-            mapped = np.load(target, mmap_mode="r").view(np.ndarray)
-            checks.file = target
-            segments.append(ST.Segment(mapped, target, vec_crc, checks))
-        moved.append(container.path)
-        container.finish(section_crc)
-        _, _, arrays = read_container(container.path, mmap=True, verify=False)
-        index = self.index
-        index._ntotal = self.n
-        index._set_centroids(C)
-        index._set_deleted(np.zeros(self.n, dtype=bool))
-        index._segments = segments
-        index._assign = arrays["assignments"]
-        index._row_ids = RowIds(self.n, arrays.get("row_ids"))  # format 4: the caller's ids
-        index._postings = Postings(
-            arrays["codes"], arrays["factors"], arrays["ids"], start, crc=crc,
-            lut_crc=lut_crc, source=container.path,
-        )  # fmt: skip
-        F.save(index, self.path)
+                vec_crc = 0
+                for r in results:
+                    vec_crc = crc32_combine(vec_crc, *r["vectors_crc"])
+                checks = BlockChecksums(join_blocks(results, self.n), BLOCK_ROWS, None)
+                target = self.path / self.vectors.name
+                with open(self.vectors, "r+b") as f:
+                    os.fsync(f.fileno())
+                self.vectors.replace(target)
+                moved.append(target)
+                mapped = np.load(target, mmap_mode="r").view(np.ndarray)
+                checks.file = target
+                segments.append(ST.Segment(mapped, target, vec_crc, checks))
+            moved.append(container.path)
+            container.finish(section_crc)
+            _, _, arrays = read_container(container.path, mmap=True, verify=False)
+            index = self.index
+            index._ntotal = self.n
+            index._set_centroids(C)
+            index._set_deleted(np.zeros(self.n, dtype=bool))
+            index._segments = segments
+            index._assign = arrays["assignments"]
+            index._row_ids = RowIds(self.n, arrays.get("row_ids"))  # format 4: the caller's ids
+            index._postings = Postings(
+                arrays["codes"], arrays["factors"], arrays["ids"], start, crc=crc,
+                lut_crc=lut_crc, source=container.path,
+            )  # fmt: skip
+            F.save(index, self.path)
 
 
 def _next_generation(path: Path) -> int:

@@ -390,6 +390,9 @@ class FlatIndex:
         skips that): at load, except the memory-mapped float vectors of files written since
         flat format 5, whose blocks of rows are each checked on first read (a search reads
         only its candidates' rows). A malformed file raises :class:`~bbqlib.CorruptFileError`.
+        The file is opened once and every section mapped from that descriptor, so a load
+        racing another process's save of ``path`` gets the old file or the new one, never a
+        mix (``docs/concurrency.md``).
         """
         return read_flat(cls, path, mmap=mmap, verify=verify)
 

@@ -26,7 +26,8 @@ from .._kernels import crc32 as KC
 from .errors import CorruptFileError
 
 __all__ = [
-    "BLOCK_ROWS", "BlockChecksums", "BlockCRCWriter", "advise_random", "row_bytes", "row_crcs",
+    "BLOCK_ROWS", "BlockChecksums", "BlockCRCWriter", "advise_random", "file_map", "row_bytes",
+    "row_crcs",
 ]  # fmt: skip
 
 #: Rows per checksummed block: one, so that checking a row reads nothing but that row. The
@@ -39,17 +40,35 @@ def _crc(arr: np.ndarray, crc: int = 0) -> int:
     return zlib.crc32(np.ascontiguousarray(arr).reshape(-1).view(np.uint8), crc)
 
 
+def file_map(arr) -> mmap.mmap | None:
+    """The ``mmap.mmap`` an array is a view of (through any chain of views), or None."""
+    base = arr
+    while base is not None:
+        if isinstance(base, mmap.mmap):
+            return base
+        below = getattr(base, "_mmap", None)  # np.memmap keeps its map there
+        base = below if below is not None else getattr(base, "base", None)
+    return None
+
+
 def advise_random(arr) -> None:
     """Tell the kernel that reads of this memory map are random (no read-around).
 
     A rerank touches ``k'`` scattered rows per query; with the default read-around every page
     fault pulls in the neighbouring pages (up to the device's read-ahead, megabytes on some
     disks) that nobody asked for, which under a memory cap also evicts the pages that matter.
-    Maps read sequentially (posting lists, codes) keep their read-ahead.
+    Maps read whole (a flat file's codes, checked at load) keep their read-ahead. ``arr`` may
+    be a view of part of a larger map (a section of a container): only its pages are advised.
     """
-    m = getattr(arr, "_mmap", None)
-    if m is not None and hasattr(m, "madvise") and hasattr(mmap, "MADV_RANDOM"):
-        m.madvise(mmap.MADV_RANDOM)
+    m = file_map(arr)
+    if m is None or not hasattr(m, "madvise") or not hasattr(mmap, "MADV_RANDOM"):
+        return
+    arr = np.asarray(arr)
+    if arr.nbytes == 0:
+        return
+    start = arr.ctypes.data - np.frombuffer(m, dtype=np.uint8).ctypes.data
+    first = start - start % mmap.PAGESIZE  # madvise takes page-aligned starts
+    m.madvise(mmap.MADV_RANDOM, first, start + arr.nbytes - first)
 
 
 def row_bytes(arr: np.ndarray) -> np.ndarray:

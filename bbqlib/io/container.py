@@ -15,11 +15,18 @@ Each section entry records ``name``, ``dtype`` (NumPy descr), ``shape``, ``offse
 and ``crc32``. Files are written to a temporary file in the same directory, fsynced and
 renamed, so a crash leaves either the old file or the new one. Readers check the magic, the
 version, the header CRC, the footer and every section's CRC; sections can be memory-mapped.
+
+A reader opens the file once and takes everything from that one descriptor: the size
+(``fstat``), the header and footer, and one read-only map of the whole file of which every
+section is a view. A save that renames a new file over the path meanwhile cannot make it mix
+two files (it gets the file it opened; docs/concurrency.md).
 """
 
 from __future__ import annotations
 
 import json
+import mmap as _mmap
+import os
 import struct
 import zlib
 from collections.abc import Collection
@@ -40,6 +47,7 @@ __all__ = [
     "write_container",
     "Container",
     "open_container",
+    "peek_container",
     "read_container",
     "read_kind",
     "crc32_of",
@@ -175,7 +183,7 @@ def read_kind(path) -> str:
     """The ``kind`` of a container (e.g. ``"flat_index"``) without reading its sections."""
     path = Path(path)
     with open(path, "rb") as f:
-        return _read_header(f, path, path.stat().st_size)["kind"]
+        return _read_header(f, path, os.fstat(f.fileno()).st_size)["kind"]
 
 
 class Container(NamedTuple):
@@ -212,32 +220,51 @@ def _section(sec, path: Path, size: int):
 
 
 def open_container(
-    path, *, mmap: bool = True, verify: bool = True, defer: Collection[str] = ()
+    path,
+    *,
+    mmap: bool = True,
+    verify: bool = True,
+    defer: Collection[str] = (),
+    expect_bytes: int | None = None,
 ) -> Container:
     """Read a container: its kind, meta, arrays and the sections' recorded CRC32s.
 
     Parameters
     ----------
-    mmap : memory-map the sections (read-only) instead of reading them into RAM.
+    mmap : memory-map the sections (read-only) instead of reading them into RAM. The file
+        is mapped once, from the descriptor its header was read from; every section is a
+        read-only view of that map.
     verify : check every section's CRC32 now (reads every byte once). Without it, callers
         check what they read with :func:`crc32_of` against ``crcs``.
     defer : names of memory-mapped sections not to check now, because the caller checks
         them piece by piece as it reads them (e.g. a flat index's vectors by block of rows:
         opening a large file then reads only what its first search needs).
+    expect_bytes : the size the caller's records give the file (e.g. an IVF header's
+        record of its posting file); another size raises ``CorruptFileError``.
     """
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no bbqlib file at {path}")
-    size = path.stat().st_size
-    with open(path, "rb") as f:
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no bbqlib file at {path}") from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if expect_bytes is not None and size != expect_bytes:
+            raise CorruptFileError(
+                f"{path} has {size} bytes, its index records {expect_bytes}: the file is "
+                "truncated or was replaced by another"
+            )
         header = _read_header(f, path, size)
+        entries = [_section(sec, path, size) for sec in header["sections"]]
+        # One map of the whole file, from this descriptor (the map keeps its own reference
+        # to the file, so closing f leaves it valid).
+        whole = _mmap.mmap(f.fileno(), size, access=_mmap.ACCESS_READ) if mmap else None
         arrays, crcs = {}, {}
-        for sec in header["sections"]:
-            name, dtype, shape, offset, nbytes, crc = _section(sec, path, size)
+        for name, dtype, shape, offset, nbytes, crc in entries:
             if nbytes == 0:
                 arr = np.empty(shape, dtype=dtype)
             elif mmap:
-                arr = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+                arr = np.ndarray(shape, dtype=dtype, buffer=whole, offset=offset)
             else:
                 f.seek(offset)
                 arr = np.frombuffer(f.read(nbytes), dtype=dtype).reshape(shape).copy()
@@ -248,6 +275,20 @@ def open_container(
             arrays[name] = arr
             crcs[name] = crc
     return Container(header["kind"], header.get("meta", {}), arrays, crcs)
+
+
+def peek_container(path) -> tuple[Container, int]:
+    """A container's kind, meta and section CRC32s (``arrays`` empty) and its size in bytes,
+    from its header alone (one descriptor; no section is read)."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        header = _read_header(f, path, size)
+    crcs = {}
+    for sec in header["sections"]:
+        name, *_, crc = _section(sec, path, size)
+        crcs[name] = crc
+    return Container(header["kind"], header.get("meta", {}), {}, crcs), size
 
 
 def read_container(path, *, mmap: bool = True, verify: bool = True, defer: Collection[str] = ()):

@@ -59,11 +59,15 @@ def work_file(directory: Path, source, fn, d: int):
         else (source[i : i + BUILD_BATCH] for i in range(0, source.shape[0], BUILD_BATCH))
     )
     rows = 0
-    with open(path, "wb") as f:
-        for block in blocks:
-            out = np.ascontiguousarray(fn(np.ascontiguousarray(block)), dtype=np.float32)
-            f.write(out.tobytes())
-            rows += out.shape[0]
+    try:
+        with open(path, "wb") as f:
+            for block in blocks:
+                out = np.ascontiguousarray(fn(np.ascontiguousarray(block)), dtype=np.float32)
+                f.write(out.tobytes())
+                rows += out.shape[0]
+    except BaseException:  # e.g. ENOSPC: no partial working copy left behind
+        path.unlink(missing_ok=True)
+        raise
     W = np.memmap(path, dtype=np.float32, mode="r", shape=(rows, d)).view(np.ndarray)
     return W, path
 

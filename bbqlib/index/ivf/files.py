@@ -113,6 +113,9 @@ def save(index, path: Path) -> None:
     read_from = getattr(index, "_generation", None)  # (directory, generation) or None
     same = read_from is not None and read_from[0] == str(Path(path).resolve())
     expect = read_from[1] if same else None
+    own = index.path is not None and Path(path).resolve() == index.path.resolve()
+    if read_from is None and own and not getattr(index, "overwrite", False):
+        expect = 0  # a new index at its path: never over one saved there meanwhile
     ST.save_generation(path, meta, arrays, stored, index._segments, expect_generation=expect)
 
 

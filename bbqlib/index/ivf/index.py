@@ -45,6 +45,20 @@ __all__ = ["IVFIndex", "CLUSTER_SIZE_RANGE", "MAX_VECTORS"]
 CLUSTER_SIZE_RANGE = (64, 65_536)
 
 
+def _check_new_path(path: Path) -> None:
+    """A new index's ``path`` must not hold an index (it would be replaced silently)."""
+    if (path / ST.MANIFEST).exists():
+        raise FileExistsError(
+            f"{path} already holds an IVF index; open it with IVFIndex.open(path) or "
+            "bbqlib.load(path), or pass overwrite=True to replace it with this new index"
+        )
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(
+            f"{path} is a file, not an IVF index directory; pass another path (a FlatIndex "
+            "file opens with bbqlib.load)"
+        )
+
+
 class IVFIndex(GuardedWrites):
     """Inverted-file index over quantized codes with SOAR spilling (DiskBBQ style).
 
@@ -73,7 +87,12 @@ class IVFIndex(GuardedWrites):
     path : str or Path, optional
         Directory the index lives in. The first :meth:`add` streams the float vectors there,
         every ``add`` / ``delete`` saves a new generation there, and codes, factors and
-        vectors are then served memory-mapped (only centroids stay in RAM).
+        vectors are then served memory-mapped (only centroids stay in RAM). A directory
+        that holds an index already raises ``FileExistsError`` (open it with
+        :meth:`IVFIndex.open` or :func:`bbqlib.load`), unless ``overwrite=True``.
+    overwrite : bool, default False
+        Let this new index replace an index already at ``path`` (its first ``add`` writes
+        a new generation over it; until then the old index stays as it was).
     soar : bool, default True
         Spill every vector to its best secondary list (SOAR, lambda = 1).
     store_vectors : {"float32", "float16", "int8"} or bool, default "float32"
@@ -124,6 +143,7 @@ class IVFIndex(GuardedWrites):
         store_vectors="float32",
         visit_percentage: float | None = None,
         oversample: float | None = None,
+        overwrite: bool = False,
     ):
         options = {"bits": bits, "query_bits": query_bits, "similarity": similarity,
                    "precondition": precondition}  # fmt: skip
@@ -132,6 +152,9 @@ class IVFIndex(GuardedWrites):
         self.cluster_size = check_int(cluster_size, "cluster_size", *CLUSTER_SIZE_RANGE)
         self.seed = check_int(seed, "seed", 0)
         self.path = None if path is None else Path(path)
+        self.overwrite = bool(overwrite)
+        if self.path is not None and not self.overwrite:
+            _check_new_path(self.path)
         self.soar = bool(soar)
         self.store_vectors = check_store_vectors(store_vectors)
         self.visit_percentage = P.check_visit_percentage(visit_percentage)
@@ -352,17 +375,20 @@ class IVFIndex(GuardedWrites):
         the disk (:func:`bbqlib.io.preload.preload_arrays`); with :func:`bbqlib.warmup` the
         first query then costs about what later ones do.
 
-        Raises ``FileNotFoundError`` when ``path`` holds no index and
-        :class:`~bbqlib.CorruptFileError` when a file is missing, truncated or damaged.
+        Raises ``FileNotFoundError`` when ``path`` holds no index (after removing what a
+        killed first build left there) and :class:`~bbqlib.CorruptFileError` when a file is
+        missing, truncated, damaged or not the one the header records (IVF format 9: a file
+        of another index, copy or generation; ``docs/ivf-format.md``).
         """
         path = Path(path)
         opened = ST.open_generation(path)
         meta = opened[0]
         store = ST.vector_kind_of(meta) if meta["store_vectors"] else False
         index = cls(BBQQuantizer(), cluster_size=meta["cluster_size"], seed=meta["seed"],
-                    path=path, soar=meta["soar"], store_vectors=store,
+                    soar=meta["soar"], store_vectors=store,
                     visit_percentage=meta.get("visit_percentage"),
                     oversample=meta.get("oversample"))  # fmt: skip
+        index.path = path  # the index it opens lives there (no new-path check)
         F.load_into(index, path, opened)  # the stored quantizer replaces BBQQuantizer()
         index._fitted = True
         if preload:

@@ -12,6 +12,8 @@ first writes a format-8 header for them (:func:`with_block_checksums`).
 
 from __future__ import annotations
 
+import mmap
+import os
 import secrets
 import zlib
 from dataclasses import dataclass
@@ -149,27 +151,48 @@ def _npy_header(rows: int, dim: int, kind: str = "float32", pad_to: int | None =
 
 
 def map_segment(path: Path, rows: int, dim: int, kind: str = "float32") -> np.ndarray:
-    """Memory-map a stored segment of ``rows`` rows of ``kind`` (checked: shape and dtype)."""
-    if not path.exists():
+    """Memory-map a stored segment of ``rows`` rows of ``kind`` (checked: shape and dtype).
+
+    The file is opened once: its ``.npy`` header is read from that descriptor and the rows
+    are a read-only view of one map of it, so a file renamed over ``path`` meanwhile cannot
+    give a header of one file and the rows of another.
+    """
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
         raise CorruptFileError(
             f"the IVF index at {path.parent} is incomplete: vector file {path.name} listed in "
             "its header is missing; restore the file or rebuild the index"
-        )
-    try:
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (FileNotFoundError, PermissionError):
-        raise
-    except Exception as err:  # noqa: BLE001 - np.load's errors vary with the damage
-        # np.load names a truncated data part "cannot reshape"/"mmap"; a damaged header fails
-        # in many ways
-        raise CorruptFileError(
-            f"vector file {path} is truncated or corrupted ({err}); restore it or rebuild"
         ) from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        try:
+            version = np.lib.format.read_magic(f)
+            read = {(1, 0): np.lib.format.read_array_header_1_0,
+                    (2, 0): np.lib.format.read_array_header_2_0}.get(version)  # fmt: skip
+            if read is None:
+                raise ValueError(f"unknown .npy version {version}")
+            shape, fortran, dtype = read(f)
+        except Exception as err:  # noqa: BLE001 - a damaged header fails in many ways
+            raise CorruptFileError(
+                f"vector file {path} is truncated or corrupted ({err}); restore it or rebuild"
+            ) from None
+        want = _shape(kind, rows, dim)
+        if shape != want or dtype != vector_dtype(kind, dim) or fortran:
+            raise CorruptFileError(
+                f"vector file {path} holds {dtype} {shape}, expected {kind} {want}; the file "
+                "does not belong to this index"
+            )
+        offset = f.tell()
+        if size != offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+            raise CorruptFileError(
+                f"vector file {path} has {size} bytes, {shape} rows of {dtype} need "
+                f"{offset + int(np.prod(shape)) * dtype.itemsize}: the file is truncated or "
+                "damaged; restore it or rebuild"
+            )
+        if rows == 0:
+            return np.empty(shape, dtype=dtype)
+        whole = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+    arr = np.ndarray(shape, dtype=dtype, buffer=whole, offset=offset)
     advise_random(arr)
-    shape = _shape(kind, rows, dim)
-    if arr.shape != shape or arr.dtype != vector_dtype(kind, dim):
-        raise CorruptFileError(
-            f"vector file {path} holds {arr.dtype} {arr.shape}, expected {kind} "
-            f"{shape}; the file does not belong to this index"
-        )
-    return arr.view(np.ndarray)
+    return arr

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -45,8 +44,10 @@ from ...io.container import (
     read_container,
     write_container,
 )
-from ...packing import lut_block_starts
 from ...scoring.stored import VECTOR_KINDS
+from . import binding as BI
+from .binding import postings_meta
+from .listcrc import bad_lists, list_crc, list_crcs
 from .segments import Segment, map_segment, with_block_checksums, write_segment
 
 __all__ = [
@@ -58,6 +59,8 @@ __all__ = [
     "directory_lock",
     "list_crc",
     "list_crcs",
+    "bad_lists",
+    "postings_meta",
     "write_segment",
     "save_generation",
     "open_generation",
@@ -87,16 +90,26 @@ MAGIC = "bbqlib-ivf"
 #: ``block_crc32_section`` instead of a JSON list, so a search reads and checks only the rows
 #: it reranks. Formats 5-7 (blocks of 256 rows in the JSON) open and serve as before; a save
 #: gives their segments per-row checksums (reading each once, its whole CRC32 checked).
-FORMAT_VERSION = 8
+#: 9 binds every file of a generation to its header: a random token per generation in
+#: ``MANIFEST`` and the header (``token``), the posting file's own token in its meta and in
+#: the header (``postings_token``) with its section CRC32 table (``postings_section_crc32``),
+#: compared at open with the posting file's container header; the header's
+#: ``format_version`` must be the MANIFEST's; each vector segment's first and last row are
+#: checked against the header's row CRC32s at open. Formats 1-8 open as before.
+FORMAT_VERSION = 9
 #: The first format whose segment entries must carry block checksums.
 BLOCK_CRC_FORMAT = 5
 HEADER_KIND = "ivf_header"
 POSTINGS_KIND = "ivf_postings"
 _OWNED = re.compile(r"^(header\.\d+\.bbq|postings\.\d+\.bbq|vectors\.[0-9a-f]+\.npy)$")
 _HEADER_NAME = re.compile(r"^header\.\d{6,}\.bbq$")
+#: The names a build writes before its first MANIFEST (exactly as this code makes them): what
+#: a killed or failed first build leaves, removed where no MANIFEST names a generation.
+_FIRST_BUILD = re.compile(
+    r"^(header\.\d{6,}\.bbq|postings\.\d{6,}\.bbq|vectors\.[0-9a-f]{16}\.npy)$"
+)
 #: Targets whose temporary files belong to the directory (its writer holds the dir lock).
 _TEMP_TARGETS = re.compile(r"^(MANIFEST|work\.f32|" + _OWNED.pattern[2:-2] + r")$")
-_CRC_CHUNK = 1 << 24
 #: Times an open retries when a concurrent save replaced the generation it was reading.
 _OPEN_RETRIES = 8
 
@@ -113,42 +126,6 @@ def directory_lock(directory, *, blocking: bool = True, timeout: float | None = 
 
 
 # --------------------------------------------------------------------------- checksums
-
-
-def _crc(arr: np.ndarray, crc: int = 0) -> int:
-    flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-    for start in range(0, flat.size, _CRC_CHUNK):
-        crc = zlib.crc32(flat[start : start + _CRC_CHUNK], crc)
-    return crc
-
-
-def list_crc(
-    postings: dict, list_start: np.ndarray, j: int, block_starts=None, *, blocks: bool = False
-) -> int:
-    """CRC32 of posting list ``j``: its codes, factors and ids, chained in that order.
-
-    ``blocks=True``: over its lookup-table blocks (format 2, ``lut_codes``) instead of its
-    codes, the data a lookup-table search reads. ``block_starts``: ``lut_block_starts``.
-    """
-    start, stop = int(list_start[j]), int(list_start[j + 1])
-    if blocks:
-        if block_starts is None:
-            block_starts = lut_block_starts(list_start)
-        crc = _crc(postings["lut_codes"][int(block_starts[j]) : int(block_starts[j + 1])])
-    else:
-        crc = _crc(postings["codes"][start:stop])
-    crc = _crc(postings["factors"][start:stop], crc)
-    return _crc(postings["ids"][start:stop], crc)
-
-
-def list_crcs(postings: dict, list_start: np.ndarray, *, blocks: bool = False) -> np.ndarray:
-    """CRC32 of every list (uint32 [K]); ``blocks`` as in :func:`list_crc`."""
-    k = list_start.shape[0] - 1
-    block_starts = lut_block_starts(list_start)
-    out = np.empty(k, dtype=np.uint32)
-    for j in range(k):  # once per list at save time, not on a search path
-        out[j] = list_crc(postings, list_start, j, block_starts, blocks=blocks)
-    return out
 
 
 # --------------------------------------------------------------------------- generations
@@ -182,6 +159,7 @@ def _read_manifest(directory: Path) -> dict | None:
         raise CorruptFileError(f"{path} is corrupted (generation {gen!r})")
     if not isinstance(header, str) or not _HEADER_NAME.match(header):
         raise CorruptFileError(f"{path} is corrupted (header file name {header!r})")
+    BI.check_manifest_token(path, manifest)
     return manifest
 
 
@@ -211,6 +189,11 @@ def save_generation(
     with directory_lock(directory):
         manifest = _read_manifest(directory)
         current = int(manifest["generation"]) if manifest else 0
+        if expect_generation == 0 and current:
+            raise FileExistsError(
+                f"{directory} already holds an IVF index (generation {current}); open it with "
+                "IVFIndex.open(path) or bbqlib.load(path), or pass overwrite=True to replace it"
+            )
         if expect_generation is not None and current != expect_generation:
             raise StaleIndexError(
                 f"the IVF index at {directory} is at generation {current}, but this index "
@@ -229,8 +212,10 @@ def save_generation(
                 stored.append(
                     write_segment(directory, blocks, dim, kind=kind, expect_crc=seg.crc32)
                 )
+        token = BI.new_token()  # binds this generation's MANIFEST, header and files
         meta = dict(meta)
         meta["generation"] = generation
+        meta["token"] = token
         meta["vector_segments"] = [_segment_entry(s, i) for i, s in enumerate(stored)]
         header_arrays = {**header_arrays, **_segment_sections(stored)}
         header_name = f"header.{generation:06d}.bbq"
@@ -245,15 +230,16 @@ def save_generation(
                 _, _, postings_arrays = read_container(postings_arrays, mmap=True, verify=True)
             postings_name = f"postings.{generation:06d}.bbq"
             write_container(directory / postings_name, POSTINGS_KIND,
-                            {"generation": generation}, postings_arrays, lock=False)  # fmt: skip
-        meta["postings_file"] = postings_name
-        meta["postings_bytes"] = (directory / postings_name).stat().st_size
+                            BI.postings_meta(generation, token), postings_arrays,
+                            lock=False)  # fmt: skip
+        meta.update(BI.postings_binding(directory / postings_name))
         write_container(directory / header_name, HEADER_KIND, meta, header_arrays, lock=False)
         new_manifest = {
             "magic": MAGIC,
             "format_version": FORMAT_VERSION,
             "generation": generation,
             "header": header_name,
+            "token": token,
         }
         with atomic_path(directory / MANIFEST, lock=False) as tmp:
             tmp.write_text(json.dumps(new_manifest, indent=1) + "\n")
@@ -337,7 +323,7 @@ def clean_directory(
             return None
         manifest = _read_manifest(directory)
         if manifest is None:
-            return remove_temp_files_of(directory)
+            return remove_first_build_files(directory)
         if keep is not None and keep[0] == manifest["generation"]:
             names = keep[1]
         else:
@@ -347,6 +333,32 @@ def clean_directory(
             except (OSError, ValueError, KeyError, TypeError):
                 return remove_temp_files_of(directory)  # damaged: keep every generation
         return _collect_garbage(directory, names)
+
+
+def remove_first_build_files(directory: Path) -> list[tuple[str, int]]:
+    """In a directory without ``MANIFEST``: remove what a failed or killed first build left
+    (temporary files, the working copy, vector segments and files of a generation never
+    committed), only under the exact names this code gives them. The caller holds the
+    directory's lock, so no live writer owns them."""
+    removed = remove_temp_files_of(directory)
+    for entry in os.scandir(directory):
+        if _FIRST_BUILD.match(entry.name) and entry.is_file(follow_symlinks=False):
+            try:
+                size = entry.stat().st_size
+                os.unlink(entry.path)
+            except OSError:
+                continue
+            removed.append((entry.name, size))
+    return removed
+
+
+def first_build_leftovers(directory: Path) -> bool:
+    """Whether a directory without ``MANIFEST`` holds what a first build leaves (cheap)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return False
+    return any(is_temp_name(n) or n == DIR_LOCK_NAME or _FIRST_BUILD.match(n) for n in names)
 
 
 def _litter(directory: Path, names: set[str]) -> bool:
@@ -365,16 +377,17 @@ def _owned_name(directory: Path, name, what: str) -> str:
 
 def _open_once(directory: Path, manifest: dict):
     header_path = directory / manifest["header"]
-    if not header_path.exists():
+    try:
+        kind, meta, header_arrays = read_container(header_path, mmap=False, verify=True)
+    except FileNotFoundError:
         raise CorruptFileError(
             f"the IVF index at {directory} is incomplete: header file {header_path.name} named "
             f"by {MANIFEST} is missing; restore the file or rebuild the index"
-        )
-    kind, meta, header_arrays = read_container(header_path, mmap=False, verify=True)
+        ) from None
     if kind != HEADER_KIND:
         raise CorruptFileError(f"{header_path} holds a {kind!r}, not an IVF header")
+    version = int(manifest["format_version"])
     try:
-        generation = meta["generation"]
         postings_name = _owned_name(directory, meta["postings_file"], "posting")
         postings_bytes = int(meta["postings_bytes"])
         entries = [
@@ -385,31 +398,26 @@ def _open_once(directory: Path, manifest: dict):
         kind = vector_kind_of(meta)
     except (KeyError, TypeError, ValueError) as err:
         raise CorruptFileError(f"{header_path} is malformed (meta: {err!r})") from None
-    if generation != manifest["generation"]:
-        raise CorruptFileError(
-            f"{header_path} holds generation {generation!r} but {MANIFEST} names generation "
-            f"{manifest['generation']}: a stale or foreign header; restore the files or rebuild"
-        )
+    BI.check_header(header_path, manifest, meta)
     postings_path = directory / postings_name
-    if not postings_path.exists():
+    try:  # one descriptor: its size, container header and map
+        posting_file = open_container(
+            postings_path, mmap=True, verify=False, expect_bytes=postings_bytes
+        )
+    except FileNotFoundError:
         raise CorruptFileError(
             f"the IVF index at {directory} is incomplete: posting file {postings_path.name} "
             "is missing; restore the file or rebuild the index"
-        )
-    size = postings_path.stat().st_size
-    if size != postings_bytes:
-        raise CorruptFileError(
-            f"posting file {postings_path} has {size} bytes, the header records "
-            f"{postings_bytes}: the file is truncated or was replaced"
-        )
-    posting_file = open_container(postings_path, mmap=True, verify=False)
+        ) from None
     if posting_file.kind != POSTINGS_KIND:
         raise CorruptFileError(f"{postings_path} holds a {posting_file.kind!r}, not IVF postings")
+    if version >= BI.BIND_FORMAT:
+        BI.check_postings(postings_path, posting_file, meta)
     for arr in posting_file.arrays.values():
         advise_random(arr)  # a search reads a few lists: no read-around of megabytes
-    postings = {k: v.view(np.ndarray) for k, v in posting_file.arrays.items()}
+    postings = dict(posting_file.arrays)
     postings["_section_crcs"] = posting_file.crcs
-    if int(manifest["format_version"]) >= BLOCK_CRC_FORMAT and any(
+    if version >= BLOCK_CRC_FORMAT and any(
         "block_crc32" not in e and "block_crc32_section" not in e for *_, e in entries
     ):
         raise CorruptFileError(
@@ -421,6 +429,8 @@ def _open_once(directory: Path, manifest: dict):
         path = directory / name
         arr = map_segment(path, rows, dim, kind)
         blocks = BlockChecksums.from_meta(entry, rows, path, header_arrays)
+        if version >= BI.BIND_FORMAT:
+            BI.check_segment_ends(blocks, arr)
         segments.append(Segment(arr, path, crc, blocks))
     for name in [n for n in header_arrays if n.startswith(SEGMENT_CRC_SECTION)]:
         del header_arrays[name]  # held by the segments' checksums
@@ -445,6 +455,8 @@ def open_generation(directory):
     for attempt in range(_OPEN_RETRIES):
         manifest = _read_manifest(directory)
         if manifest is None:
+            if first_build_leftovers(directory):  # a failed or killed first build
+                clean_directory(directory)
             raise FileNotFoundError(
                 f"{directory} holds no IVF index (no {MANIFEST} file); build one with "
                 "IVFIndex(...).add(X) and save(path)"
@@ -501,17 +513,3 @@ def verify_arrays(directory, meta, header, postings, segments) -> dict:
         "lists": int(header["list_crc"].size),
         "vector_segments": len(segments),
     }
-
-
-def bad_lists(
-    postings: dict, list_start: np.ndarray, crcs: np.ndarray, which=None, *, blocks=False
-) -> np.ndarray:
-    """Ids of the lists (all, or ``which``) whose CRC32 does not match."""
-    which = np.arange(crcs.size) if which is None else np.asarray(which)
-    block_starts = lut_block_starts(list_start)
-    bad = [
-        j
-        for j in which  # first read of each list only (callers remember verified lists)
-        if list_crc(postings, list_start, j, block_starts, blocks=blocks) != int(crcs[j])
-    ]
-    return np.asarray(bad, dtype=np.int64)

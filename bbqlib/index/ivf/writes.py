@@ -48,13 +48,30 @@ def add_vectors(index, X, ids, progress) -> None:
         new = index._row_ids.new_ids(ids, n, index._deleted if index._fitted else None)
         work = index._clone()
         if not work._fitted:
-            B.build(work, source, show)
-            work._fitted = True
-        else:
-            F.check_before_rewrite(work)  # damage must not get fresh checksums
-            B.add_more(work, source, show)
+            try:
+                B.build(work, source, show)
+                work._fitted = True
+                work._row_ids = work._row_ids.appended(new, n)
+                index._commit(work)
+            except BaseException:
+                _remove_failed_first_build(index.path)
+                raise
+            return
+        F.check_before_rewrite(work)  # damage must not get fresh checksums
+        B.add_more(work, source, show)
         work._row_ids = work._row_ids.appended(new, n)
         index._commit(work)
+
+
+def _remove_failed_first_build(path) -> None:
+    """After a first build that failed (an error, ENOSPC, Ctrl-C) at ``path``: remove the
+    vector segments and working copy it wrote, unless a generation was committed. The
+    caller holds the directory's lock; a killed build's files go at the next open or repair.
+    """
+    from . import storage as ST
+
+    if path is not None and path.is_dir() and not (path / ST.MANIFEST).exists():
+        ST.remove_first_build_files(path)
 
 
 def delete_ids(index, ids) -> None:
