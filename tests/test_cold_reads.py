@@ -161,3 +161,22 @@ def test_cold_flat_search_reads_only_its_rerank_rows(tmp_path):
     depth = 30  # 3x oversample of k = 10 (the 1-bit default)
     resident = _resident_pages(path, offset, nbytes) - before
     assert resident <= _bound(depth), (resident, before)
+
+
+def test_cold_search_reads_a_page_of_custom_ids_per_result(tmp_path):
+    """Custom ids are checked per block of 512 as results are mapped: a cold search reads a
+    page of them per result, not the whole ``row_ids`` section (8 bytes per vector)."""
+    X = _data(20_000)
+    where = tmp_path / "ivf"
+    index = bbqlib.IVFIndex(bits=1, similarity="cosine", path=where)
+    index.add(X, ids=np.arange(X.shape[0], dtype=np.int64) * 3 + 11)
+    del index
+    post = next(where.glob("postings.*.bbq"))
+    offset, nbytes = _section(post, "row_ids")  # reads the file: before evicting it
+    _evict(post)
+    index = bbqlib.IVFIndex.open(where)
+    before = _resident_pages(post, offset, nbytes)
+    _, ids = index.search(X[-5], 10, visit_percentage=20.0)
+    assert ids[0, 0] == (X.shape[0] - 5) * 3 + 11
+    resident = _resident_pages(post, offset, nbytes) - before
+    assert resident <= 2 * 10 + 2, (resident, nbytes // PAGE)

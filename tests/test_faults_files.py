@@ -314,3 +314,29 @@ def test_old_segments_without_block_checksums_still_open(tmp_path):
     reopened = bbqlib.IVFIndex.open(where)
     assert [s.blocks.block_rows for s in reopened._segments] == [1, 1]
     shutil.rmtree(where)
+
+
+def test_damaged_custom_id_is_caught_when_a_search_maps_its_block(tmp_path):
+    """Custom ids mapped from the posting file are checked per block of 512 ids as search
+    results are mapped through them (a cold search reads a page of ids per result, not all
+    of them); a damaged id is never returned, and writes and filters check them all."""
+    where = tmp_path / "ivf"
+    n = 1200
+    ids = np.arange(n, dtype=np.int64) * 7 + 10**9
+    small_ivf(where, n=n, ids=ids)
+    X = unit_rows(n, 24, 0)
+    post = next(where.glob("postings.*.bbq"))
+    offset, nbytes = section_span(post, "row_ids")
+    assert nbytes == 8 * n
+    flip(post, offset + 8 * 1100 + 2)  # id of row 1100, in block 2 (rows 1024-1199)
+    index = bbqlib.IVFIndex.open(where)
+    _, got = index.search(X[3], 1, visit_percentage=100.0)  # block 0: served
+    assert got[0, 0] == ids[3]
+    assert index._row_ids.checks is not None and not index._row_ids.checks.all_checked
+    for q in (X[1100], X[1099:1101]):  # the one-query and the batch paths
+        with pytest.raises(CorruptFileError, match="row_ids.*rows 1024 to 1199 fail their CRC32"):
+            bbqlib.IVFIndex.open(where).search(q, 1, visit_percentage=100.0)
+    with pytest.raises(CorruptFileError, match="row_ids"):
+        bbqlib.IVFIndex.open(where).search(X[3], 1, filter=ids[:10])  # looks every id up
+    with pytest.raises(CorruptFileError, match="row_ids"):
+        bbqlib.IVFIndex.open(where).delete(ids[:1])

@@ -85,6 +85,9 @@ class RowIds:
             next_id = self.n if ids is None else (int(ids.max()) + 1 if ids.size else 0)
         self.next_id = int(next_id)
         self._sorted: tuple[np.ndarray, np.ndarray] | None = None
+        #: Block CRC32s of ``ids`` mapped from a file (:class:`bbqlib.io.blocks.
+        #: BlockChecksums`), checked block by block as results are mapped; None in RAM.
+        self.checks = None
 
     @property
     def is_identity(self) -> bool:
@@ -103,6 +106,8 @@ class RowIds:
         if self.ids is None:
             return rows
         valid = rows >= 0
+        if self.checks is not None and not self.checks.all_checked:
+            self.checks.check(self.ids, rows[valid])  # the blocks of these ids, first read
         out = np.full(rows.shape, -1, dtype=np.int64)
         out[valid] = np.asarray(self.ids)[rows[valid]]
         return out

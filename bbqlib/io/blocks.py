@@ -126,6 +126,7 @@ class BlockChecksums:
     crcs : uint32 [ceil(rows / block_rows)]
     block_rows : rows per block.
     file : the file the rows come from (named in errors).
+    what : what the rows are, for errors (``"vector file"``; e.g. the ids of a posting file).
 
     Notes
     -----
@@ -133,10 +134,11 @@ class BlockChecksums:
     it and both mark it checked; nothing is ever unmarked.
     """
 
-    def __init__(self, crcs, block_rows: int, file: Path | None = None):
+    def __init__(self, crcs, block_rows: int, file: Path | None = None, what: str = "vector file"):
         self.crcs = np.asarray(crcs, dtype=np.uint32)
         self.block_rows = int(block_rows)
         self.file = file
+        self.what = what
         self._checked = np.zeros(self.crcs.size, dtype=bool)
         self._all = self.crcs.size == 0
 
@@ -201,7 +203,7 @@ class BlockChecksums:
                 else f"rows {lo} to {hi} fail their CRC32 (block {int(bad)})"
             )  # fmt: skip
             raise CorruptFileError(
-                f"vector file {self.file} is corrupted: {what}; restore the file or rebuild "
+                f"{self.what} {self.file} is corrupted: {what}; restore the file or rebuild "
                 "the index"
             )
 

@@ -31,7 +31,7 @@ ENTRIES_PER_THREAD = 40_000
 def search_batch(index, queries, k, visit_percentage, oversample, rerank, filter, scores):
     """``IVFIndex.search`` of any number of queries (under the caller's read lock)."""
     index._check_fitted()
-    F.check_row_ids(index)  # once per map: results are mapped through them
+    F.check_row_ids(index, whole=filter is not None)  # a filter looks every id up
     k = cap_k(k, index._ntotal)
     check_scores(scores)
     vp = P.check_visit_percentage(visit_percentage)

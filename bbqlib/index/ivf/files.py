@@ -17,6 +17,7 @@ import numpy as np
 
 from ..._version import __version__
 from ...encoding import LUT_LANES, encoding_from_wire
+from ...io.blocks import BlockChecksums
 from ...io.container import CorruptFileError
 from ...packing import lut_block_starts
 from ...quantizers import BBQQuantizer, quantizer_from_state
@@ -27,6 +28,12 @@ from . import storage as ST
 from .postings import Postings
 
 __all__ = ["save", "load_into", "header_meta", "verify", "check_before_rewrite"]
+
+
+#: The posting file's block CRC32s of its ``row_ids`` (format 9, custom ids only): one per
+#: 512 ids, a 4 KiB page, so that mapping a search's results reads a page of ids per result.
+ID_BLOCK_SECTION = "row_ids_block_crc32"
+ID_BLOCK_ROWS = 512
 
 
 def header_meta(index) -> dict:
@@ -106,6 +113,7 @@ def save(index, path: Path) -> None:
         stored["assignments"] = np.asarray(index._assign)
         if not index._row_ids.is_identity:
             stored["row_ids"] = np.asarray(index._row_ids.ids, dtype=np.int64)
+            stored[ID_BLOCK_SECTION] = BlockChecksums.of(stored["row_ids"], ID_BLOCK_ROWS).crcs
     q_params, arrays = _header_arrays(index, crc, lut_crc)
     meta = header_meta(index)
     meta["quantizer"] = q_params
@@ -212,6 +220,16 @@ def load_into(index, path: Path, opened=None) -> None:
         )
     index._row_ids = RowIds(index._ntotal, row_ids if meta.get("custom_ids") else None,
                             meta.get("next_id"))  # fmt: skip
+    id_crcs = postings.get(ID_BLOCK_SECTION)
+    if index._row_ids.ids is not None and id_crcs is not None:
+        where = Path(path) / meta["postings_file"]
+        checks = BlockChecksums(id_crcs, ID_BLOCK_ROWS, where, "the ids (section 'row_ids') of")
+        if id_crcs.dtype != np.uint32 or not checks.matches(index._ntotal):
+            raise CorruptFileError(
+                f"the posting file of {path} holds {id_crcs.size} id block checksums for "
+                f"{index._ntotal} ids; the file is damaged"
+            )
+        index._row_ids.checks = checks
 
 
 def verify(index) -> dict:
@@ -239,13 +257,18 @@ def verify(index) -> dict:
     return {"generation": None, "lists": int(start.size - 1), "vector_segments": 0}
 
 
-def check_row_ids(index) -> None:
+def check_row_ids(index, *, whole: bool = True) -> None:
     """The CRC32 of the caller ids mapped from the posting file (``row_ids``), checked once
-    per map before anything reads them: a search maps its result rows through them, and
-    ``delete``, ``filter`` and ``add`` look ids up (a damaged id would be served silently)."""
-    ids = index._row_ids.ids
-    if ids is not None and index._fitted:
-        index._postings.check_section("row_ids", ids)
+    per map before anything reads them all: ``delete``, ``filter`` and ``add`` look ids up (a
+    damaged id would be served silently). A search only maps its result rows through them
+    (``whole=False``): where the file has block checksums of its ids (format 9), those
+    blocks are checked as they are read (:meth:`bbqlib.index.ids.RowIds.of_rows`), so a cold
+    search reads a page of ids per result, not every id."""
+    row_ids = index._row_ids
+    if row_ids.ids is None or not index._fitted:
+        return
+    if whole or row_ids.checks is None:
+        index._postings.check_section("row_ids", row_ids.ids)
 
 
 def check_before_rewrite(index) -> None:

@@ -174,7 +174,7 @@ def search_one(index, *args):
     if index._fitted:
         if not IVF_TIER.ready():  # its kernel not compiled yet
             return IVF_TIER.on_batch_path(index._search, args[0], index.quantizer.dim_, *args[1:])
-        F.check_row_ids(index)  # once per map: results are mapped through them
+        F.check_row_ids(index, whole=False)  # results are mapped through them
         one = ivf_search_one(index, *args)
         if one is not None:
             return one
