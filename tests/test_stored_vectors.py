@@ -164,7 +164,8 @@ def test_flat_index_cheaper_vectors_make_smaller_files(data, tmp_path):
     n, d = X.shape
     assert sizes["float32"] - sizes["float16"] == pytest.approx(2 * n * d, abs=4096)
     assert sizes["float16"] - sizes["int8"] == pytest.approx(n * (d - 4), abs=4096)
-    assert sizes["int8"] - sizes[False] == pytest.approx(n * (d + 4), abs=4096)
+    # int8 records (d + 4 bytes a row) and their per-row CRC32s (4 bytes a row)
+    assert sizes["int8"] - sizes[False] == pytest.approx(n * (d + 4 + 4), abs=4096)
 
 
 def test_flat_index_default_rerank_follows_store_vectors(data):
