@@ -293,9 +293,9 @@ class FlatIndex:
         ids : int64 [nq, k]
             The vectors' ids, ``-1`` where missing.
 
-        ``k`` and the columns are checked before anything is allocated: results over half the
-        machine's memory (``k=10**12``, say) raise ``ValueError``. Thread-safe, also during an
-        :meth:`add` or :meth:`delete` (the search sees the index before or after it).
+        ``k`` is checked before anything is allocated: results over half the machine's memory
+        (``k=10**12`` with ``pad_to_k=True``, say) raise ``ValueError``. Thread-safe, also
+        during an :meth:`add` or :meth:`delete` (the search sees the index before or after it).
         """
         with self._guard.reading():
             return self._search(queries, k, oversample, rerank, filter, scores, pad_to_k)

@@ -143,7 +143,7 @@ def rerank_finish(Qp, vectors, keys, rows, k: int, similarity: Similarity, reran
     best first) and the exit: ``(scores float32 [1, k], rows int64 [1, k])`` as
     ``rerank_keys`` + ``finish`` make them."""
     dist = similarity.is_distance
-    pad = np.inf if dist and scores == "raw" else -np.inf
+    pad = np.inf if dist and scores == "raw" else -np.inf  # scoring.pad_value, inlined
     if rerank:
         if dist:
             raw, out_rows = KO.rerank_sqdists(Qp, vectors, rows, k, pad)

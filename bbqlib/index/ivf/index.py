@@ -301,8 +301,8 @@ class IVFIndex(GuardedWrites):
         Missing results (deletions, a filter, ``k > ntotal``) have id ``-1`` and the worst
         score of their kind: ``+inf`` for raw squared L2, ``-inf`` for raw inner products and
         cosines and for ``scores="similarity"``. ``k`` is checked before anything is
-        allocated: results over half the machine's memory (``k=10**12``, say) raise
-        ``ValueError``. Thread-safe, also during a write.
+        allocated: results over half the machine's memory (``k=10**12`` with
+        ``pad_to_k=True``, say) raise ``ValueError``. Thread-safe, also during a write.
         """
         with self._guard.reading():  # one query: the single-query path (single.py)
             return _one(self, queries, k, visit_percentage, oversample, rerank, filter, scores,

@@ -344,7 +344,7 @@ def _rerank_decoded(Qp, stored, rows, k, sim, scores):
     batch path's rerank scores, no NumPy gather or decode), then the best ``k`` by (key desc,
     row asc) as :func:`rerank_finish` orders them."""
     dist = sim.is_distance
-    pad = np.inf if dist and scores == "raw" else -np.inf
+    pad = pad_value(sim, scores)
     mode = KR.SQUARED_L2 if dist else KR.INNER_PRODUCT
     raw = stored_exact_values(Qp, stored, rows.reshape(1, -1), mode, parallel=False)
     out_raw, out_rows = KO.best_k(raw[0], rows, dist, k, pad)
