@@ -129,7 +129,8 @@ def test_default_of_capped_indexes_warns_and_keeps_the_old_shape(kind):
         assert [r.filename for r in w] == [__file__]  # points at the caller of search
         text = str(w[0].message)
         assert "k=23" in text and "pad_to_k=True" in text and "pad_to_k=False" in text
-    with pytest.warns(FutureWarning):  # a k too large to pad still returns the old shape
+    # a k too large to pad still returns the old shape; the warning says what comes
+    with pytest.warns(FutureWarning, match="this k will then be a ValueError: 55,879.4 GiB"):
         assert index.search(Q, 10**12)[1].shape == (len(Q), N)
 
 
@@ -301,3 +302,15 @@ def test_ann_benchmarks_wrapper_asks_for_the_old_shape():
         assert algo.query(Q[0], N + 10).shape == (N,)
         algo.batch_query(Q, N + 10)
     assert all(r.shape == (N,) for r in algo.get_batch_results())
+
+
+def test_ivf_one_query_settings_follow_adds():
+    """The one-query path keeps a call's settings (its columns among them) until the index
+    changes: after an add, k > the old ntotal finds the new vectors."""
+    X, Q = _data(seed=8)
+    index = _index("ivf", "euclidean", X)
+    _, i = index.search(Q[0], N + 5, pad_to_k=True)
+    assert (i[0, :N] >= 0).all() and (i[0, N:] == -1).all()
+    index.add(_data(seed=9)[0][:5])
+    _, i = index.search(Q[0], N + 5, pad_to_k=True, visit_percentage=100)
+    assert (i[0] >= 0).all() and len(set(i[0].tolist())) == N + 5

@@ -99,10 +99,14 @@ def result_columns(k, n: int, nq: int, pad_to_k) -> int:
         )
     if k > n:
         if pad_to_k is None:
+            need = nq * k * RESULT_CELL_BYTES
+            then = ""
+            if need > result_bytes_limit():
+                then = f" (this k will then be a ValueError: {_size(need)} of results)"
             warnings.warn(
                 f"search(k={k}) on an index of {n} vectors returns {n} columns; from bbqlib "
-                f"{_PAD_RELEASE} it returns exactly k columns, padded with id -1 and the worst "
-                "score, as faiss does. Pass pad_to_k=True to get k columns now, or "
+                f"{_PAD_RELEASE} it returns exactly k columns{then}, padded with id -1 and the "
+                "worst score, as faiss does. Pass pad_to_k=True to get k columns now, or "
                 "pad_to_k=False to keep min(k, ntotal) columns and silence this warning.",
                 FutureWarning,
                 stacklevel=_caller_level(),
