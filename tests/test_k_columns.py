@@ -167,12 +167,16 @@ def test_k_too_large_to_allocate_is_a_clear_error_before_allocating(built):
 def test_the_bound_counts_every_query(monkeypatch):
     X, Q = _data()
     index = _index("flat", "euclidean", X)
-    monkeypatch.setattr(finish_module, "_limit", 12 * 5 * 30)  # 5 x 30 results exactly
+    monkeypatch.setattr(
+        finish_module, "_limit", (12 * 5 * 30, "a test's limit")
+    )  # 5 x 30 results exactly
     assert index.search(Q, 30, pad_to_k=True)[1].shape == (5, 30)
     with pytest.raises(ValueError, match="5 x 31 results") as err:
         index.search(Q, 31, pad_to_k=True)
     assert "pad_to_k=False" in str(err.value)
-    monkeypatch.setattr(finish_module, "_limit", 12 * 5 * 10 - 1)  # k <= ntotal: no cap helps
+    monkeypatch.setattr(
+        finish_module, "_limit", (12 * 5 * 10 - 1, "a test's limit")
+    )  # k <= ntotal: no cap helps
     with pytest.raises(ValueError, match="5 x 10 results") as err:
         index.search(Q, 10, pad_to_k=True)
     assert "pad_to_k=False" not in str(err.value) and "fewer queries" in str(err.value)

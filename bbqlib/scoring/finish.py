@@ -32,7 +32,7 @@ RESULT_BYTES_FALLBACK = 8 << 30
 # The release in which ``search`` returns exactly k columns by default (CHANGELOG.md).
 _PAD_RELEASE = "0.4"
 _PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
-_limit: int | None = None
+_limit: tuple[int, str] | None = None  # (bytes, where they come from), read once
 
 
 def check_scores(scores: str) -> str:
@@ -73,14 +73,20 @@ def result_bytes_limit() -> int:
     """Bytes a search's results may take: half the machine's physical memory (the search
     holds temporaries of the same shape while it finishes), else
     :data:`RESULT_BYTES_FALLBACK`."""
+    return _memory_limit()[0]
+
+
+def _memory_limit() -> tuple[int, str]:
     global _limit
     if _limit is None:
         try:
-            _limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+            half = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
         except (AttributeError, ValueError, OSError):  # no sysconf, or no such name here
-            _limit = RESULT_BYTES_FALLBACK
-        if _limit <= 0:
-            _limit = RESULT_BYTES_FALLBACK
+            half = 0
+        if half > 0:
+            _limit = (half, "half this machine's memory")
+        else:
+            _limit = (RESULT_BYTES_FALLBACK, "the limit where the memory size is unknown")
     return _limit
 
 
@@ -95,7 +101,8 @@ def result_columns(k, n: int, nq: int, pad_to_k) -> int:
     k = check_int(k, "k", 1)
     if not (pad_to_k is None or isinstance(pad_to_k, (bool, np.bool_))):
         raise TypeError(
-            f"pad_to_k must be True, False or None, got {type(pad_to_k).__name__} {pad_to_k!r}"
+            f"pad_to_k must be True, False or None, got {type(pad_to_k).__name__} "
+            f"{pad_to_k!r}; pass True for exactly k columns, False for min(k, ntotal)"
         )
     if k > n:
         if pad_to_k is None:
@@ -119,9 +126,8 @@ def result_columns(k, n: int, nq: int, pad_to_k) -> int:
 
 def _check_result_bytes(nq: int, k: int, n: int) -> None:
     need = nq * k * RESULT_CELL_BYTES
-    limit = result_bytes_limit()
+    limit, what = _memory_limit()
     if need > limit:
-        what = "half this machine's memory" if limit != RESULT_BYTES_FALLBACK else "its limit"
         fix = f"a smaller k (k={n} returns every vector of this index)"
         if k > n:
             fix += ", pad_to_k=False (at most that many columns)"
