@@ -47,7 +47,6 @@ __all__ = [
     "check_source",
     "owned_rows",
     "check_k",
-    "cap_k",
     "check_in",
     "prepare_for_similarity",
     "check_similarity_rules",
@@ -176,12 +175,6 @@ def owned_rows(rows: np.ndarray, source) -> np.ndarray:
 def check_k(k, name: str = "k") -> int:
     """A positive integer."""
     return check_int(k, name, 1)
-
-
-def cap_k(k, n: int, name: str = "k") -> int:
-    """A positive integer ``k``, capped at the index size ``n`` (before anything is
-    allocated: results have ``min(k, n)`` columns)."""
-    return min(check_k(k, name), int(n))
 
 
 def check_in(value, allowed, name: str):

@@ -154,8 +154,9 @@ def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
     (FLAT_TIER if isinstance(index, FlatIndex) else IVF_TIER).open()
     probe = _probe_query(index)
     with policy.recording() as kernels:
-        index.search(probe, k=k, rerank=rerank)  # one query: the single-query kernels
-        index.search(np.stack([probe, probe]), k=k, rerank=rerank)  # a batch: the others
+        # pad_to_k: an index smaller than k compiles the same kernels, without a warning
+        index.search(probe, k=k, rerank=rerank, pad_to_k=True)  # one query: the fused kernels
+        index.search(np.stack([probe, probe]), k=k, rerank=rerank, pad_to_k=True)  # the others
     if batch:
         for kern, signatures in kernels.items():
             kern.compile_both(signatures)

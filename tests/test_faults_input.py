@@ -87,13 +87,17 @@ def test_magnitudes_up_to_the_bound_search_correctly(kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_huge_k_is_capped_before_allocating(kind):
+def test_huge_k_is_capped_or_refused_before_allocating(kind):
     X = unit_rows(300, 8, 5)
     index = _index(kind, "cosine")
     index.add(X)
     for k in (10**9, 2**62, 301):
-        scores, ids = index.search(X[:2], k)
+        scores, ids = index.search(X[:2], k, pad_to_k=False)
         assert ids.shape == scores.shape == (2, 300)
+    for k in (10**9, 2**62):  # padded to k: more than the machine can hold
+        with pytest.raises(ValueError, match=f"k={k} asks for 2 x {k} results"):
+            index.search(X[:2], k, pad_to_k=True)
+    assert index.search(X[:2], 301, pad_to_k=True)[1].shape == (2, 301)
     if kind == "ivf":
         index.delete(np.arange(290))
         _, ids = index.search(X[:2], 50, visit_percentage=100.0)

@@ -150,10 +150,10 @@ def test_k_capped_at_the_index_size_and_filters_pad(make_vectors):
     index = FlatIndex(bits=1)
     index.add(X)
     for rerank in (True, False):
-        scores, ids = index.search(Q, 8, rerank=rerank)
+        scores, ids = index.search(Q, 8, rerank=rerank, pad_to_k=False)
         assert scores.shape == ids.shape == (6, 5)  # k capped at ntotal before allocating
         assert np.isfinite(scores).all() and sorted(ids[0]) == list(range(5))
-        assert index.search(Q, 10**12, rerank=rerank)[1].shape == (6, 5)
+        assert index.search(Q, 10**12, rerank=rerank, pad_to_k=False)[1].shape == (6, 5)
         scores, ids = index.search(Q, 4, rerank=rerank, filter=np.array([1, 3]))
         assert (ids[:, 2:] == -1).all() and np.isneginf(scores[:, 2:]).all()
         assert (np.sort(ids[:, :2], axis=1) == [1, 3]).all()
@@ -162,10 +162,12 @@ def test_k_capped_at_the_index_size_and_filters_pad(make_vectors):
 def test_empty_fitted_index(make_vectors):
     X = make_vectors(10, 8)
     index = FlatIndex(BBQQuantizer(similarity="euclidean").fit(X))
-    scores, ids = index.search(X[:2], 3)  # raw squared L2: +inf pads
-    assert (ids == -1).all() and np.isposinf(scores).all() and scores.dtype == np.float32
-    scores, _ = index.search(X[:2], 3, scores="similarity")
-    assert np.isneginf(scores).all()
+    scores, ids = index.search(X[:2], 3, pad_to_k=True)  # raw squared L2: +inf pads
+    assert ids.shape == (2, 3) and (ids == -1).all() and np.isposinf(scores).all()
+    assert scores.dtype == np.float32
+    scores, _ = index.search(X[:2], 3, scores="similarity", pad_to_k=True)
+    assert scores.shape == (2, 3) and np.isneginf(scores).all()
+    assert index.search(X[:2], 3, pad_to_k=False)[1].shape == (2, 0)
     with pytest.raises(NotFittedError, match="this FlatIndex is empty; call add"):
         FlatIndex().search(X[:2], 3)
 

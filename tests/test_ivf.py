@@ -418,8 +418,8 @@ def test_results_padded_and_scores_mapped(built, data):
     np.testing.assert_allclose(raw[0], cosines, rtol=0, atol=2e-6)
     small = IVFIndex(bits=2, cluster_size=64)
     small.add(X[:4])
-    s, i = small.search(Q[:2], k=6)
-    assert (i[:, 4:] == -1).all() and np.isneginf(s[:, 4:]).all()
+    s, i = small.search(Q[:2], k=6, pad_to_k=True)
+    assert i.shape == (2, 6) and (i[:, 4:] == -1).all() and np.isneginf(s[:, 4:]).all()
     assert sorted(i[0, :4].tolist()) == [0, 1, 2, 3]
 
 

@@ -157,7 +157,7 @@ def test_indexes_never_crash_and_return_valid_ids(case, k, kind):
                                 cluster_size=64)  # fmt: skip
     index.add(X)
     for rerank in (True, False):
-        scores, ids = index.search(X[:3], k, rerank=rerank)
+        scores, ids = index.search(X[:3], k, rerank=rerank, pad_to_k=False)
         n = X.shape[0]
         assert ids.shape == scores.shape == (min(3, n), min(k, n))
         assert ids.dtype == np.int64 and scores.dtype == np.float32
@@ -166,6 +166,12 @@ def test_indexes_never_crash_and_return_valid_ids(case, k, kind):
         if rerank:  # exact scores: a row is as close to itself as anything
             if similarity in ("euclidean", "cosine", "dot_product"):
                 assert valid[:, 0].all()
+        if k < 10**9:  # exactly k columns: the same results, then id -1
+            padded, padded_ids = index.search(X[:3], k, rerank=rerank, pad_to_k=True)
+            assert padded_ids.shape == (min(3, n), k)
+            np.testing.assert_array_equal(padded_ids[:, : min(k, n)], ids)
+            np.testing.assert_array_equal(padded[:, : min(k, n)], scores)
+            assert (padded_ids[:, n:] == -1).all() and np.isinf(padded[:, n:]).all()
 
 
 @settings.get_profile(PROFILE)

@@ -354,8 +354,8 @@ def test_bound_rerank_edge_cases(make_vectors):
     X = make_vectors(5, 8, seed=1)
     index = FlatIndex(RaBitQQuantizer(bits=1, similarity="euclidean"))
     index.add(X)
-    scores, ids = index.search(X[:2], 10, rerank="bound")  # k > n
-    assert (ids[:, :5] >= 0).all() and (ids[:, 5:] == -1).all()
+    scores, ids = index.search(X[:2], 10, rerank="bound", pad_to_k=True)  # k > n
+    assert ids.shape == (2, 10) and (ids[:, :5] >= 0).all() and (ids[:, 5:] == -1).all()
     assert np.isposinf(scores[:, 5:]).all()  # raw squared L2 pads with +inf
     assert ids[0, 0] == 0 and ids[1, 0] == 1
     with pytest.raises(ValueError, match="shape"):

@@ -293,7 +293,7 @@ class QuantizedFlat(_BaseANN):
         self.oversample = oversample
 
     def _search(self, X, n):
-        return self.index.search(X, n, oversample=self.oversample)[1]
+        return self.index.search(X, n, oversample=self.oversample, pad_to_k=False)[1]
 
     def _index_bytes(self):
         return self.index.ntotal * self.index.bytes_per_vector
@@ -342,9 +342,8 @@ class BBQIVF(_BaseANN):
         self.oversample = oversample
 
     def _search(self, X, n):
-        return self.index.search(
-            X, n, visit_percentage=self.visit_percentage, oversample=self.oversample
-        )[1]
+        vp, over = self.visit_percentage, self.oversample
+        return self.index.search(X, n, visit_percentage=vp, oversample=over, pad_to_k=False)[1]
 
     def _index_bytes(self):
         entries = int(np.sum(self.index.list_sizes))
@@ -396,7 +395,7 @@ class BBQUSearch(_BaseANN):
             self.index.expansion_search = expansion_search
 
     def _search(self, X, n):
-        return self.index.search(X, n, oversample=self.oversample)[1]
+        return self.index.search(X, n, oversample=self.oversample, pad_to_k=False)[1]
 
     def _index_bytes(self):
         return self.index.serialized_bytes

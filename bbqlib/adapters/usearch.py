@@ -26,6 +26,7 @@ from ..scoring import (
     exact_values,
     finish,
     rerank_keys,
+    result_columns,
     score_candidates,
 )
 from .records import RecordLayout, make_records
@@ -272,7 +273,7 @@ class USearchIndex:
     # -- searching --------------------------------------------------------------------------
     def search(
         self, queries, k: int = 10, *, oversample=None, rerank=True, candidates=None,
-        scores: str = "raw",
+        scores: str = "raw", pad_to_k: bool | None = True,
     ):  # fmt: skip
         """Search: ``(scores, ids)`` [nq, k] like :meth:`bbqlib.FlatIndex.search`.
 
@@ -289,6 +290,11 @@ class USearchIndex:
         scores : {"raw", "similarity"}
             As :meth:`bbqlib.FlatIndex.search`: raw cosine / inner product / squared L2 by
             default, Lucene's mapping with ``"similarity"``.
+        pad_to_k : bool
+            ``True`` (the default; ``None`` means the same): exactly ``k`` columns, as faiss
+            returns them, even when ``k`` exceeds :attr:`ntotal`. ``False``:
+            ``min(k, ntotal)`` columns, as :meth:`bbqlib.FlatIndex.search` returns them
+            until bbqlib 0.4.
 
         Returns
         -------
@@ -297,6 +303,9 @@ class USearchIndex:
             ``-inf``), or Lucene-mapped scores (higher is better, ``-inf`` padding).
         ids : int64 [nq, k]
             The ids given to :meth:`add`, ``-1`` padding.
+
+        ``k`` is checked before anything is allocated: results over half the machine's
+        memory (``k=10**12``, say) raise ``ValueError``.
         """
         q = self.quantizer
         q._check_fitted()
@@ -306,10 +315,12 @@ class USearchIndex:
             raise ValueError(f"rerank must be True or False, got {rerank!r}")
         Q = q._validated(queries, "queries", allow_1d=True)
         n = self.ntotal
+        columns = result_columns(k, n, len(Q), True if pad_to_k is None else pad_to_k)
+        k = min(k, n)  # usearch and the rerank find at most n; finish pads to ``columns``
         if n == 0:
-            out, _ = finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), k,
+            out, _ = finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), columns,
                             q.similarity_, scores)  # fmt: skip
-            return out, np.full((len(Q), k), -1, dtype=np.int64)
+            return out, np.full((len(Q), columns), -1, dtype=np.int64)
         vectors = self._rerank_vectors() if rerank else None
         if rerank and vectors is None:
             raise ValueError(
@@ -330,7 +341,7 @@ class USearchIndex:
             normalized = self._attached is None  # stored vectors were normalized for cosine
             exact = exact_values(Q, vectors, top, exact_mode(sim, normalized=normalized))
             keys, top = rerank_keys(exact, top, k, sim)
-        out, rows = finish(keys, top, k, sim, scores)
+        out, rows = finish(keys, top, columns, sim, scores)
         return out, self._ids.of_rows(rows)
 
     def _rerank_vectors(self):

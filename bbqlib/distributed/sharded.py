@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..scoring import check_scores
+from ..scoring import check_scores, pad_value, result_columns
 from ._dask import require, resolve_client
 
 __all__ = ["ShardedIndex"]
@@ -19,13 +19,15 @@ def _open(path: str):
 
 
 def _search(index, queries, k, scores, kwargs):
-    values, ids = index.search(queries, k, scores=scores, **kwargs)
+    # min(k, ntotal) columns per shard: the driver pads the merged results
+    values, ids = index.search(queries, k, scores=scores, pad_to_k=False, **kwargs)
     return values, ids, dict(index.last_search_stats)
 
 
 def _merge(parts, offsets, k: int, similarity, scores: str):
     """Best ``k`` of the shards' results (their values returned as they are, so that a
-    shard's score is bit-identical to the union's): by key, ties to the lower global id."""
+    shard's score is bit-identical to the union's): by key, ties to the lower global id;
+    ``k`` columns, padded as :func:`bbqlib.scoring.finish` pads."""
     values = np.concatenate([p[0] for p in parts], axis=1)
     ids = np.concatenate(
         [np.where(p[1] >= 0, p[1] + off, -1) for p, off in zip(parts, offsets, strict=True)],
@@ -37,8 +39,11 @@ def _merge(parts, offsets, k: int, similarity, scores: str):
         keys = similarity.key(keys)
     keys = np.where(valid, keys, -np.inf)
     order = np.lexsort((np.where(valid, ids, np.iinfo(np.int64).max), -keys), axis=1)[:, :k]
-    out_values = np.take_along_axis(values, order, axis=1)
-    out_ids = np.take_along_axis(np.where(valid, ids, -1), order, axis=1)
+    out_values = np.full((len(values), k), pad_value(similarity, scores), dtype=np.float32)
+    out_ids = np.full((len(values), k), -1, dtype=np.int64)
+    m = order.shape[1]
+    out_values[:, :m] = np.take_along_axis(values, order, axis=1)
+    out_ids[:, :m] = np.take_along_axis(np.where(valid, ids, -1), order, axis=1)
     return out_values, out_ids
 
 
@@ -145,11 +150,20 @@ class ShardedIndex:
     def __len__(self) -> int:
         return self._live
 
-    def search(self, queries, k: int = 10, *, scores: str | None = None, **kwargs):
+    def search(
+        self, queries, k: int = 10, *, scores: str | None = None, pad_to_k: bool | None = None,
+        **kwargs,
+    ):  # fmt: skip
         """Top ``k`` over all shards: ``(scores float32 [nq, k], ids int64 [nq, k])``.
 
         Keyword arguments (``visit_percentage``, ``oversample``, ``rerank``) go to every
         shard's :meth:`~bbqlib.IVFIndex.search`; ``scores`` as there (default: its default).
+        ``pad_to_k`` as there, against :attr:`ntotal` (all shards): ``True`` gives exactly
+        ``k`` columns, ``False`` ``min(k, ntotal)``, ``None`` (until bbqlib 0.4, where it
+        becomes ``True``) ``min(k, ntotal)`` with a :class:`FutureWarning` when
+        ``k > ntotal``. Missing results: id ``-1``, score ``+inf`` (raw squared L2) or
+        ``-inf`` (otherwise). A ``k`` whose results would exceed half the memory of this
+        machine raises ``ValueError`` before any shard searches.
         """
         if scores is None:
             scores = _default_scores()
@@ -157,6 +171,8 @@ class ShardedIndex:
         if "filter" in kwargs:
             raise ValueError("ShardedIndex.search takes no filter (filter each shard's ids)")
         Q = np.asarray(queries, dtype=np.float32)
+        nq = len(Q) if Q.ndim == 2 else 1
+        k = result_columns(k, self.ntotal, nq, pad_to_k)
         if self._client is None:
             parts = [_search(s, Q, k, scores, kwargs) for s in self._shards]
         else:

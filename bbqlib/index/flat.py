@@ -8,7 +8,6 @@ import numpy as np
 
 from .._validation import (
     NotFittedError,
-    cap_k,
     check_source,
     check_vectors,
     owned_rows,
@@ -23,6 +22,7 @@ from ..scoring import (
     exact_mode,
     finish,
     rerank_keys,
+    result_columns,
 )
 from ..scoring.stored import check_store_vectors, stored_exact_values, stored_rows, to_stored
 from ._locks import IndexGuard
@@ -254,6 +254,7 @@ class FlatIndex:
         rerank=None,
         filter=None,
         scores: str = "raw",
+        pad_to_k: bool | None = None,
     ):
         """Search: ``(scores, ids)`` [nq, k].
 
@@ -277,31 +278,39 @@ class FlatIndex:
         scores : {"raw", "similarity"}
             ``"raw"`` (default): squared L2 (ascending) or the inner product / cosine, as
             faiss returns them; ``"similarity"``: Lucene's mapping (higher is better).
+        pad_to_k : bool, optional
+            ``True``: exactly ``k`` columns, as faiss returns them, even when ``k`` exceeds
+            :attr:`ntotal`. ``False``: ``min(k, ntotal)`` columns. ``None`` (the default until
+            bbqlib 0.4, where it becomes ``True``): ``min(k, ntotal)`` columns, with a
+            :class:`FutureWarning` when ``k > ntotal``.
 
         Returns
         -------
         scores : float32 [nq, k]
+            Missing results (deletions, a filter, ``k > ntotal``) score the worst value of
+            their kind: ``+inf`` for raw squared L2, ``-inf`` for raw inner products and
+            cosines and for ``scores="similarity"``.
         ids : int64 [nq, k]
-            The vectors' ids (``-1`` pads when fewer than ``k`` are found).
+            The vectors' ids, ``-1`` where missing.
 
-        ``k`` is capped at the index size (:attr:`ntotal`) before anything is allocated, so
-        the results have ``min(k, ntotal)`` columns. Thread-safe, also during an :meth:`add`
-        or :meth:`delete` (the search sees the index before or after it).
+        ``k`` is checked before anything is allocated: results over half the machine's memory
+        (``k=10**12`` with ``pad_to_k=True``, say) raise ``ValueError``. Thread-safe, also
+        during an :meth:`add` or :meth:`delete` (the search sees the index before or after it).
         """
         with self._guard.reading():
-            return self._search(queries, k, oversample, rerank, filter, scores)
+            return self._search(queries, k, oversample, rerank, filter, scores, pad_to_k)
 
-    def _search(self, queries, k, oversample, rerank, filter, scores):
+    def _search(self, queries, k, oversample, rerank, filter, scores, pad_to_k):
+        args = (k, oversample, rerank, filter, scores, pad_to_k)
         if FLAT_TIER.ready():
-            one = flat_search_one(self, queries, k, oversample, rerank, filter, scores)
+            one = flat_search_one(self, queries, *args)
             if one is not None:  # one query: the fused single-query path (index/single.py)
                 return one
         elif self.quantizer.is_fitted:  # its kernels not compiled yet (COMPILE_SINGLE_AFTER)
-            args = (k, oversample, rerank, filter, scores)
             return FLAT_TIER.on_batch_path(self._search_batch, queries, self.quantizer.dim_, *args)
-        return self._search_batch(queries, k, oversample, rerank, filter, scores)
+        return self._search_batch(queries, *args)
 
-    def _search_batch(self, queries, k, oversample, rerank, filter, scores):
+    def _search_batch(self, queries, k, oversample, rerank, filter, scores, pad_to_k):
         q = self.quantizer
         if not q.is_fitted:
             raise NotFittedError("this FlatIndex is empty; call add(X) first")
@@ -309,14 +318,15 @@ class FlatIndex:
         Q = q._validated(queries, "queries", allow_1d=True)
         codes, vectors = self._parts()
         n = 0 if codes is None else len(codes)
-        k = cap_k(k, n)
+        columns = result_columns(k, n, len(Q), pad_to_k)
+        k = min(int(k), n)  # the scan and rerank find at most n; finish pads to ``columns``
         allowed = self._allowed(filter)
         sim = q.similarity_
         if rerank is None:
             rerank = bool(self.store_vectors)
         if rerank == "bound":
             keys, rows = self._search_bound(Q, k, codes, vectors, allowed)
-            return self._finish(keys, rows, k, scores)
+            return self._finish(keys, rows, columns, scores)
         if rerank not in (True, False):
             raise ValueError(f"rerank must be True, False or 'bound', got {rerank!r}")
         # store_vectors, not `vectors is None`: an empty index has no vectors yet either.
@@ -328,14 +338,15 @@ class FlatIndex:
             oversample = self.oversample
         oversample = check_oversample(oversample, q.encoding_.default_oversample)
         if n == 0:
-            return self._finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), k, scores)
+            empty = np.empty((len(Q), 0))
+            return self._finish(empty, np.empty((len(Q), 0), np.int64), columns, scores)
         depth = candidate_count(k, oversample, n) if rerank else min(k, n)
         keys, rows = q.topk_keys(Q, codes, depth, allowed=allowed)
         if rerank:
             self._check_vector_rows(vectors, rows)
             raw = stored_exact_values(Q, vectors, rows, exact_mode(sim))
             keys, rows = rerank_keys(raw, rows, k, sim)
-        return self._finish(keys, rows, k, scores)
+        return self._finish(keys, rows, columns, scores)
 
     def _finish(self, keys, rows, k, scores):
         out, rows = finish(keys, rows, k, self.quantizer.similarity_, scores)

@@ -25,6 +25,7 @@ from ..scoring import (
     finish,
     merge_topk,
     rerank_keys,
+    result_columns,
 )
 from .ids import RowIds
 
@@ -132,7 +133,7 @@ class ListsIndex:
 
     def search(
         self, queries, k: int = 10, *, nprobe=None, oversample=None, rerank=True,
-        scores: str = "raw",
+        scores: str = "raw", pad_to_k: bool | None = True,
     ):  # fmt: skip
         """Search: ``(scores, ids)`` [nq, k] like :meth:`bbqlib.FlatIndex.search`.
 
@@ -149,12 +150,22 @@ class ListsIndex:
         scores : {"raw", "similarity"}
             As :meth:`bbqlib.FlatIndex.search`: raw cosine / inner product / squared L2 by
             default, Lucene's mapping with ``"similarity"``.
+        pad_to_k : bool
+            ``True`` (the default; ``None`` means the same): exactly ``k`` columns, as faiss
+            returns them, even when ``k`` exceeds :attr:`ntotal`. ``False``:
+            ``min(k, ntotal)`` columns, as :meth:`bbqlib.FlatIndex.search` returns them
+            until bbqlib 0.4.
 
         Returns
         -------
         scores : float32 [nq, k]
+            Missing results score ``+inf`` (raw squared L2) or ``-inf`` (raw inner products
+            and cosines, ``scores="similarity"``).
         ids : int64 [nq, k]
             The ids given to ``add`` (row numbers by default), ``-1`` padding.
+
+        ``k`` is checked before anything is allocated: results over half the machine's
+        memory (``k=10**12``, say) raise ``ValueError``.
         """
         q = self.quantizer
         q._check_fitted()
@@ -169,9 +180,12 @@ class ListsIndex:
         nprobe = self.nprobe if nprobe is None else check_positive_int(nprobe, "nprobe")
         Q = q._validated(queries, "queries", allow_1d=True)
         n = self.ntotal
+        columns = result_columns(k, n, len(Q), True if pad_to_k is None else pad_to_k)
+        k = min(k, n)  # the scan and rerank find at most n; finish pads to ``columns``
         sim = q.similarity_
         if n == 0:
-            return self._finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), k, scores)
+            empty = np.empty((len(Q), 0))
+            return self._finish(empty, np.empty((len(Q), 0), np.int64), columns, scores)
         over = check_oversample(
             self.oversample if oversample is None else oversample,
             q.encoding_.default_oversample,
@@ -182,7 +196,7 @@ class ListsIndex:
         if rerank:
             raw = exact_values(Q, self._vectors, rows, exact_mode(sim))
             keys, rows = rerank_keys(raw, rows, k, sim)
-        return self._finish(keys, rows, k, scores)
+        return self._finish(keys, rows, columns, scores)
 
     def _finish(self, keys, rows, k, scores):
         out, rows = finish(keys, rows, k, self.quantizer.similarity_, scores)

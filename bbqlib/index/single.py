@@ -20,7 +20,7 @@ from .._kernels.cache import has_entries
 from .._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE
 from ..encoding import padded_dim
 from ..quantizers import BBQQuantizer
-from ..scoring import SCORE_KINDS, candidate_count, check_oversample, use_lut
+from ..scoring import SCORE_KINDS, candidate_count, check_oversample, result_columns, use_lut
 from ..similarity import Similarity, scores_from_raw
 
 __all__ = [
@@ -143,7 +143,7 @@ def rerank_finish(Qp, vectors, keys, rows, k: int, similarity: Similarity, reran
     best first) and the exit: ``(scores float32 [1, k], rows int64 [1, k])`` as
     ``rerank_keys`` + ``finish`` make them."""
     dist = similarity.is_distance
-    pad = np.inf if dist and scores == "raw" else -np.inf
+    pad = np.inf if dist and scores == "raw" else -np.inf  # scoring.pad_value, inlined
     if rerank:
         if dist:
             raw, out_rows = KO.rerank_sqdists(Qp, vectors, rows, k, pad)
@@ -198,7 +198,7 @@ def _mask(index) -> np.ndarray:
     return cached[1]
 
 
-def flat_search_one(index, queries, k, oversample, rerank, filter, scores):
+def flat_search_one(index, queries, k, oversample, rerank, filter, scores, pad_to_k=None):
     """``FlatIndex.search`` of one query, or None where the general path must run."""
     q = index.quantizer
     if rerank is None:  # the index's default
@@ -206,6 +206,8 @@ def flat_search_one(index, queries, k, oversample, rerank, filter, scores):
     if filter is not None or not (rerank is True or rerank is False) or not q.is_fitted:
         return None
     if type(k) is not int or k < 1 or scores not in SCORE_KINDS:
+        return None
+    if pad_to_k is not None and pad_to_k is not True and pad_to_k is not False:
         return None
     x = one_query(queries, q.dim_)
     if x is None:
@@ -224,8 +226,12 @@ def flat_search_one(index, queries, k, oversample, rerank, filter, scores):
     centroid, width, docs, default = state
     oversample = default if oversample is None else check_oversample(oversample, default)
     n = docs[4]
-    k = min(k, n)  # results have min(k, ntotal) columns, as the batch path's ``cap_k``
-    depth = candidate_count(k, oversample, n) if rerank else min(k, n)
+    columns = k
+    if k > n:  # the columns follow pad_to_k (result_columns), as on the batch path
+        if pad_to_k is None:
+            return None  # the batch path warns
+        columns, k = result_columns(k, n, 1, pad_to_k), n
+    depth = candidate_count(k, oversample, n) if rerank else k
     Qp = prepared_query(x, sim)
     if Qp is None:
         return None
@@ -236,5 +242,5 @@ def flat_search_one(index, queries, k, oversample, rerank, filter, scores):
     )  # fmt: skip
     if rerank:  # a loaded file's blocks of these rows are checked on their first read
         index._check_vector_rows(vectors, rows)
-    out, rows = rerank_finish(Qp, vectors, keys, rows, k, sim, rerank, scores)
+    out, rows = rerank_finish(Qp, vectors, keys, rows, columns, sim, rerank, scores)
     return out, index._ids.of_rows(rows)

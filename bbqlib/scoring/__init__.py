@@ -17,7 +17,7 @@ from .candidates import (
 )
 from .codes import DocCodes, QueryCodes
 from .dispatch import KERNELS, LUT_MAX_QUERY_PLANES, kernels_for, use_lut
-from .finish import SCORE_KINDS, check_scores, finish
+from .finish import SCORE_KINDS, check_scores, finish, pad_value, result_columns
 from .rerank import (
     OVERSAMPLE_LIMIT,
     candidate_count,
@@ -53,8 +53,10 @@ __all__ = [
     "finish",
     "kernels_for",
     "merge_topk",
+    "pad_value",
     "query_tables",
     "rerank_keys",
+    "result_columns",
     "score_candidates",
     "topk_keys",
     "use_lut",

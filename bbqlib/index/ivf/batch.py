@@ -12,8 +12,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..._kernels.policy import cap_threads, threads_for
-from ..._validation import cap_k
-from ...scoring import candidate_count, check_oversample, check_scores, dedup_topk, finish
+from ..._validation import check_k
+from ...scoring import (
+    candidate_count,
+    check_oversample,
+    check_scores,
+    dedup_topk,
+    finish,
+    result_columns,
+)
 from ...similarity import Similarity
 from ..ids import filter_rows
 from . import files as F
@@ -28,11 +35,13 @@ __all__ = ["ENTRIES_PER_THREAD", "search_batch", "allowed_rows", "finish_rows"]
 ENTRIES_PER_THREAD = 40_000
 
 
-def search_batch(index, queries, k, visit_percentage, oversample, rerank, filter, scores):
+def search_batch(
+    index, queries, k, visit_percentage, oversample, rerank, filter, scores, pad_to_k=None
+):
     """``IVFIndex.search`` of any number of queries (under the caller's read lock)."""
     index._check_fitted()
     F.check_row_ids(index, whole=filter is not None)  # a filter looks every id up
-    k = cap_k(k, index._ntotal)
+    check_k(k)
     check_scores(scores)
     vp = P.check_visit_percentage(visit_percentage)
     vp = index.visit_percentage if vp is None else vp
@@ -47,14 +56,17 @@ def search_batch(index, queries, k, visit_percentage, oversample, rerank, filter
     q = index.quantizer
     sim = q.similarity_
     Qp = q._validated(queries, "queries", allow_1d=True)
-    Qt = q.transform_rows(Qp)
     nq = Qp.shape[0]
+    columns = result_columns(k, index._ntotal, nq, pad_to_k)
+    k = min(int(k), index._ntotal)  # the scan and rerank find at most ntotal
+    Qt = q.transform_rows(Qp)
     oversample = index.oversample if oversample is None else oversample
     oversample = check_oversample(oversample, q.encoding_.default_oversample)
     n_live = len(index)
     depth = candidate_count(k, oversample, n_live) if rerank else min(k, n_live)
     if depth == 0:
-        return finish_rows(index, np.empty((nq, 0)), np.empty((nq, 0), np.int64), k, scores)
+        empty = np.empty((nq, 0))
+        return finish_rows(index, empty, np.empty((nq, 0), np.int64), columns, scores)
     ratio = vp / 100.0 if vp is not None else P.dynamic_visit_ratio(index._ntotal, depth)
     heap = 2 * depth
     need = max(2.0 * ratio * index._ntotal, heap)
@@ -87,7 +99,7 @@ def search_batch(index, queries, k, visit_percentage, oversample, rerank, filter
     }
     if rerank:
         keys, ids = rerank_segments(Qp, index._segments, ids, k, sim)
-    return finish_rows(index, keys, ids, k, scores)
+    return finish_rows(index, keys, ids, columns, scores)
 
 
 def finish_rows(index, keys, rows, k, scores):

@@ -291,6 +291,7 @@ class IVFIndex(GuardedWrites):
         rerank: bool | None = None,
         filter=None,
         scores: str = "raw",
+        pad_to_k: bool | None = None,
     ):
         """Approximate top-``k``: ``(scores float32 [nq, k], ids int64 [nq, k])``.
 
@@ -314,17 +315,27 @@ class IVFIndex(GuardedWrites):
         scores : {"raw", "similarity"}
             ``"raw"`` (default): squared L2 (ascending) or the inner product / cosine, as
             faiss returns them; ``"similarity"``: Lucene's mapping (higher is better).
+        pad_to_k : bool, optional
+            ``True``: exactly ``k`` columns, as faiss returns them, even when ``k`` exceeds
+            :attr:`ntotal`. ``False``: ``min(k, ntotal)`` columns. ``None`` (the default until
+            bbqlib 0.4, where it becomes ``True``): ``min(k, ntotal)`` columns, with a
+            :class:`FutureWarning` when ``k > ntotal``.
 
-        Results have ``min(k, ntotal)`` columns (``k`` capped before allocating), padded with
-        ``-1`` ids where deletions or a filter leave fewer. Thread-safe, also during a write.
+        Missing results (deletions, a filter, ``k > ntotal``) have id ``-1`` and the worst
+        score of their kind: ``+inf`` for raw squared L2, ``-inf`` for raw inner products and
+        cosines and for ``scores="similarity"``. ``k`` is checked before anything is
+        allocated: results over half the machine's memory (``k=10**12`` with
+        ``pad_to_k=True``, say) raise ``ValueError``. Thread-safe, also during a write.
         """
         with self._guard.reading():  # one query: the single-query path (single.py)
-            return _one(self, queries, k, visit_percentage, oversample, rerank, filter, scores)
+            return _one(self, queries, k, visit_percentage, oversample, rerank, filter, scores,
+                        pad_to_k)  # fmt: skip
 
     @thread_scope  # the batch path caps its kernels' threads by its amount of work
-    def _search(self, queries, k, visit_percentage, oversample, rerank, filter, scores):
+    def _search(self, queries, k, visit_percentage, oversample, rerank, filter, scores,
+                pad_to_k=None):  # fmt: skip
         return S.search_batch(self, queries, k, visit_percentage, oversample, rerank, filter,
-                              scores)  # fmt: skip
+                              scores, pad_to_k)  # fmt: skip
 
     def _finish(self, keys, rows, k, scores):
         return S.finish_rows(self, keys, rows, k, scores)

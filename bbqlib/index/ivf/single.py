@@ -25,7 +25,7 @@ from ..._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE
 from ...encoding import padded_dim
 from ...io.blocks import row_bytes
 from ...quantizers.osq import DEFAULT_ITERS, DEFAULT_LAMBDA
-from ...scoring import SCORE_KINDS, candidate_count, check_oversample
+from ...scoring import SCORE_KINDS, candidate_count, check_oversample, pad_value, result_columns
 from ...scoring.stored import stored_exact_values
 from ...similarity import Similarity
 from ..single import (
@@ -181,7 +181,9 @@ def search_one(index, *args):
     return index._search(*args)
 
 
-def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filter, scores):
+def ivf_search_one(
+    index, queries, k, visit_percentage, oversample, rerank, filter, scores, pad_to_k=None
+):
     """``IVFIndex.search`` of one query, or None where the batch path must run."""
     if filter is not None or not index._fitted or index._n_deleted:
         return None
@@ -195,14 +197,15 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
     # The settings of a call, resolved and checked once per distinct set of arguments (an
     # application repeats the same few): the GIL-held Python of a query is its fixed cost.
     key = (k, type(k), visit_percentage, type(visit_percentage), oversample, type(oversample),
-           rerank, type(rerank), scores, index.visit_percentage, index.store_vectors)  # fmt: skip
+           rerank, type(rerank), scores, pad_to_k, type(pad_to_k), index.visit_percentage,
+           index.store_vectors)  # fmt: skip
     calls = state["calls"]
     try:
         call = calls.get(key)
     except TypeError:  # an unhashable argument: the batch path checks it
         return None
     if call is None:
-        call = _settings(index, state, k, visit_percentage, oversample, rerank, scores)
+        call = _settings(index, state, k, visit_percentage, oversample, rerank, scores, pad_to_k)
         if call is None:
             return None
         if len(calls) < 64:
@@ -218,9 +221,10 @@ def ivf_search_one(index, queries, k, visit_percentage, oversample, rerank, filt
     return _scan_finish(index, state, Qp, Qt, lists, k, heap, depth, rerank, scores)
 
 
-def _settings(index, state, k, visit_percentage, oversample, rerank, scores):
+def _settings(index, state, k, visit_percentage, oversample, rerank, scores, pad_to_k):
     """A call's settings resolved (the index's defaults) and checked, or None where the
-    batch path must run: ``(fused, k, depth, heap, pad, rerank, plan, fused_args)``."""
+    batch path must run: ``(fused, k, depth, heap, pad, rerank, plan, fused_args)``, with
+    ``k`` the results' columns (:func:`~bbqlib.scoring.result_columns`)."""
     if rerank is None:  # the index's default
         rerank = bool(index.store_vectors)
     if visit_percentage is None:
@@ -228,6 +232,8 @@ def _settings(index, state, k, visit_percentage, oversample, rerank, scores):
     if not (rerank is True or rerank is False) or (rerank and not index.store_vectors):
         return None
     if type(k) is not int or k < 1 or scores not in SCORE_KINDS:
+        return None
+    if not (pad_to_k is None or pad_to_k is True or pad_to_k is False):
         return None
     if visit_percentage is not None:
         if type(visit_percentage) not in (int, float) or not 0.0 < visit_percentage <= 100.0:
@@ -237,8 +243,12 @@ def _settings(index, state, k, visit_percentage, oversample, rerank, scores):
     default = enc.default_oversample
     oversample = default if oversample is None else check_oversample(oversample, default)
     ntotal = index._ntotal
-    k = min(k, ntotal)  # results have min(k, ntotal) columns, as the batch path's ``cap_k``
-    depth = candidate_count(k, oversample, ntotal) if rerank else min(k, ntotal)
+    columns = k
+    if k > ntotal:  # the columns follow pad_to_k, as on the batch path
+        if pad_to_k is None:
+            return None  # the batch path warns
+        columns, k = result_columns(k, ntotal, 1, pad_to_k), ntotal
+    depth = candidate_count(k, oversample, ntotal) if rerank else k
     if depth == 0:
         return None
     if visit_percentage is None:
@@ -248,7 +258,7 @@ def _settings(index, state, k, visit_percentage, oversample, rerank, scores):
     heap = 2 * depth
     need = max(2.0 * ratio * ntotal, heap)
     sim = q.similarity_
-    pad = np.inf if sim.is_distance and scores == "raw" else -np.inf
+    pad = pad_value(sim, scores)
     n_lists = state["sizes"].shape[0]
     want = P.lists_wanted(need, state["mean_size"], ratio, n_lists, state["n_parents"])
     plan = (*state["plan"], float(need), *state["parents"], want)
@@ -260,9 +270,9 @@ def _settings(index, state, k, visit_percentage, oversample, rerank, scores):
     tail = (
         *plan, state["C"], enc.query_bits, q.lam, state["is_l2"], state["width"],
         *state["docs"], heap, depth, _lists_ok(index._postings), *state["list_check"], vectors,
-        bool(rerank), k, pad,
+        bool(rerank), columns, pad,
     )  # fmt: skip
-    return fused, k, depth, heap, pad, rerank, plan, (sim, scores, head, tail)
+    return fused, columns, depth, heap, pad, rerank, plan, (sim, scores, head, tail)
 
 
 def _lists_ok(postings) -> np.ndarray:
@@ -350,7 +360,7 @@ def _rerank_decoded(Qp, stored, rows, k, sim, scores):
     batch path's rerank scores, no NumPy gather or decode), then the best ``k`` by (key desc,
     row asc) as :func:`rerank_finish` orders them."""
     dist = sim.is_distance
-    pad = np.inf if dist and scores == "raw" else -np.inf
+    pad = pad_value(sim, scores)
     mode = KR.SQUARED_L2 if dist else KR.INNER_PRODUCT
     raw = stored_exact_values(Qp, stored, rows.reshape(1, -1), mode, parallel=False)
     out_raw, out_rows = KO.best_k(raw[0], rows, dist, k, pad)
