@@ -106,7 +106,7 @@ class IVFIndex(GuardedWrites):
     Notes
     -----
     ``IVFIndex(1, "cosine", 384)`` (``bits`` first, bbqlib 0.1) still works, with a
-    ``DeprecationWarning``. Ids are the caller's (``add(X, ids=...)``: int64 >= 0, unique
+    ``FutureWarning`` (until 0.4). Ids are the caller's (``add(X, ids=...)``: int64 >= 0, unique
     among live vectors) or, by default, the largest id so far + 1, + 2, ... (row numbers
     ``0 .. ntotal - 1`` when no id is ever given); the posting lists hold int32 row numbers
     and a sorted copy of the ids maps between the two. Deleted vectors are tombstones; their

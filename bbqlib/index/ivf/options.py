@@ -3,7 +3,7 @@
 Either a quantizer (any family whose registry rows list ``"ivf"``) or the options of the
 default :class:`~bbqlib.BBQQuantizer` (``bits``, ``query_bits``, ``similarity``,
 ``precondition``), never both; ``IVFIndex(bits, similarity, cluster_size)`` (bbqlib 0.1)
-still works with a ``DeprecationWarning``.
+still works with a ``FutureWarning`` until 0.4.
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ def resolve_quantizer(quantizer, legacy: tuple, options: dict, seed, cluster_siz
     options = dict(options)
     if isinstance(quantizer, (int, np.integer)) and not isinstance(quantizer, bool):
         warnings.warn(
-            "IVFIndex(bits, similarity, cluster_size) is deprecated; pass "
+            "IVFIndex(bits, similarity, cluster_size) is deprecated and stops working in "
+            "bbqlib 0.4 (the first parameter becomes the quantizer); pass "
             "IVFIndex(bits=..., similarity=..., cluster_size=...) or a quantizer",
-            DeprecationWarning,
+            FutureWarning,
             stacklevel=3,
         )
         if options["bits"] is not UNSET:
