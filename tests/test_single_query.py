@@ -394,7 +394,7 @@ def _fused_args(
         *state["plan"], float(need), *state["parents"], 2**62, state["C"],
         q.encoding_.query_bits, q.lam, state["is_l2"], state["width"], *state["docs"],
         2 * depth, depth, lists_ok, *list_check, state["vectors"], True, 10, -np.inf, rows_ok,
-        np.int64(block_rows), row_bytes(state["vectors"]), row_crcs,
+        np.int64(block_rows), row_bytes(state["vectors"]), row_crcs, np.ones(1, np.bool_),
         np.full((1, 10), np.nan), np.full((1, 10), -7, np.int64),
         np.full(index.n_lists, -5, np.int32), np.full(depth, -5, np.int64),
     )  # fmt: skip
@@ -427,7 +427,7 @@ def test_ivf_fused_equals_its_steps(similarity, make_vectors):
         np.testing.assert_array_equal(raw, ref_raw)
         np.testing.assert_array_equal(out_rows, ref_out)
         # without rerank: the estimates as ``rerank_finish`` makes them
-        args = (*args[:-11], False, *args[-10:-4], np.full((1, 10), np.nan),
+        args = (*args[:-12], False, *args[-11:-4], np.full((1, 10), np.nan),
                 np.full((1, 10), -7, np.int64), *args[-2:])  # fmt: skip
         assert KO.ivf_search_fused(*args)[0] == 0
         sim = q.similarity_

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .policy import kernel
-from .prefetch import willneed
+from .prefetch import SLOW_CYCLES, cycles, willneed
 
 __all__ = ["TABLES", "crc32_update", "row_crcs", "check_rows", "check_lists"]
 
@@ -74,23 +74,28 @@ def row_crcs(rows, out):
 
 
 @kernel(inline="always")
-def check_rows(data, rows, crcs, checked, block_rows):
+def check_rows(data, rows, crcs, checked, block_rows, cold):
     """Check the blocks of ``block_rows`` rows of ``data`` (uint8 [n, m], one stored row a
     line) holding ``rows`` (int64, ``-1`` skipped) whose ``checked`` flag is not set yet,
     against ``crcs`` (uint32, one per block); set the flag of each that matches.
 
     Returns the first block that does not match, or -1. A block's CRC32 chains its rows.
-    The blocks to check are first announced to the kernel (:func:`bbqlib._kernels.prefetch.
-    willneed`), so that the reads of a memory-mapped file go to the disk together.
+    Where ``cold[0]`` is set (the last check read from the disk), the blocks to check are
+    first announced to the kernel (:func:`bbqlib._kernels.prefetch.willneed`), so that the
+    reads of a memory-mapped file go to the disk together; where it is not, a block whose
+    check takes disk time (:data:`~bbqlib._kernels.prefetch.SLOW_CYCLES`) announces the
+    rest. ``cold[0]`` ends set when a block came from the disk, cleared when all came from
+    memory (unchanged when nothing was checked).
     """
     n = data.shape[0]
     width = data.shape[1]
     base = data.ctypes.data
-    for j in range(rows.shape[0]):
-        r = rows[j]
-        if r >= 0 and not checked[r // block_rows]:
-            lo = r // block_rows * block_rows
-            willneed(base + lo * width, (min(lo + block_rows, n) - lo) * width)
+    announced = False
+    if cold[0]:
+        _announce_rows(base, width, n, rows, 0, checked, block_rows)
+        announced = True
+    slow = False
+    seen = False
     for j in range(rows.shape[0]):
         r = rows[j]
         if r < 0:
@@ -100,13 +105,31 @@ def check_rows(data, rows, crcs, checked, block_rows):
             continue
         lo = b * block_rows
         hi = min(lo + block_rows, n)
+        t0 = cycles()
         c = np.int64(0)
         for i in range(lo, hi):
             c = crc32_update(data[i], c)
+        seen = True
+        if cycles() - t0 > SLOW_CYCLES:
+            slow = True
+            if not announced:
+                _announce_rows(base, width, n, rows, j + 1, checked, block_rows)
+                announced = True
         if c != np.int64(crcs[b]):
             return b
         checked[b] = True
+    if seen:
+        cold[0] = slow
     return -1
+
+
+@kernel(inline="always")
+def _announce_rows(base, width, n, rows, first, checked, block_rows):
+    for j in range(first, rows.shape[0]):
+        r = rows[j]
+        if r >= 0 and not checked[r // block_rows]:
+            lo = r // block_rows * block_rows
+            willneed(base + lo * width, (min(lo + block_rows, n) - lo) * width)
 
 
 @kernel(inline="always")

@@ -7,8 +7,10 @@ for the disk once per page; announcing them all first lets the device serve the 
 together, and the faults that follow wait for reads already in flight. The check kernels
 (:mod:`bbqlib._kernels.crc32`), which read every list and row the first time a search needs
 it, announce what they are about to read this way, so reranks and scans that follow find it
-in memory. The advice is a hint: it is not an error when it cannot be followed (memory that is
-not a file map, a range past the end), and it changes no result.
+in memory. Announcing costs a system call per range, which a warm process need not pay: the
+row checks announce only while their reads come from the disk (:func:`cycles` tells), and
+start again as soon as one does. The advice is a hint: it is not an error when it cannot be
+followed (memory that is not a file map, a range past the end), and it changes no result.
 
 :func:`willneed` calls the C library's ``madvise`` from compiled code (an LLVM call to the
 external symbol, registered with llvmlite here, so kernels that use it stay cacheable);
@@ -31,7 +33,7 @@ from numba.extending import intrinsic
 
 from .policy import kernel
 
-__all__ = ["HAS_MADVISE", "PAGE", "willneed"]
+__all__ = ["HAS_MADVISE", "PAGE", "SLOW_CYCLES", "cycles", "willneed"]
 
 #: The page size ``madvise`` aligns to.
 PAGE = mmap.PAGESIZE
@@ -53,6 +55,24 @@ def _register_madvise() -> bool:
 
 #: Whether :func:`willneed` reaches ``madvise`` in this process.
 HAS_MADVISE = _register_madvise()
+#: Cycles (:func:`cycles`) beyond which reading and checking one row or list means it came
+#: from the disk, not from memory: a few microseconds for data in memory, tens to hundreds
+#: for a read from a disk.
+SLOW_CYCLES = 60_000
+
+
+@intrinsic
+def cycles(typingctx):
+    """The CPU's cycle counter (``llvm.readcyclecounter``: ``rdtsc`` on x86; 0 where the CPU
+    has none), to tell a read from memory from a read from the disk."""
+    sig = types.int64()
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(64), [])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.readcyclecounter")
+        return builder.call(fn, [])
+
+    return sig, codegen
 
 
 @intrinsic

@@ -381,7 +381,7 @@ def ivf_search_fused(
     centroids, bits, lam, is_l2, width, list_start, list_block_start, blocks, df, ids,
     list_cc, planes, pairs, dim, allowed, heap, depth, lists_ok,
     list_crcs, lut_bytes, lut_width, factor_bytes, id_bytes,
-    vectors, rerank, k, pad, rows_ok, block_rows, row_data, row_crcs,
+    vectors, rerank, k, pad, rows_ok, block_rows, row_data, row_crcs, rows_cold,
     out_raw, out_rows, out_lists, out_cands,
 ):  # fmt: skip
     """One IVF query, every step in one call (one release of the GIL per query, which is
@@ -443,7 +443,7 @@ def ivf_search_fused(
                 out_rows[0, r] = -1
         return 0, n_lists, entries
     m = rows.shape[0]
-    if check_rows(row_data, rows, row_crcs, rows_ok, block_rows) >= 0:
+    if check_rows(row_data, rows, row_crcs, rows_ok, block_rows, rows_cold) >= 0:
         if out_cands.shape[0] >= m:
             out_cands[:m] = rows
             out_cands[m:] = -1

@@ -139,6 +139,9 @@ class BlockChecksums:
         self.block_rows = int(block_rows)
         self.file = file
         self.what = what
+        #: Whether the last check read from the disk (then the next announces its reads
+        #: first: :func:`bbqlib._kernels.crc32.check_rows`); a fresh map starts cold.
+        self.cold = np.ones(1, dtype=np.bool_)
         self._checked = np.zeros(self.crcs.size, dtype=bool)
         self._all = self.crcs.size == 0
 
@@ -194,7 +197,9 @@ class BlockChecksums:
         if rows.size == 0 or self._all:
             return
         rows = np.ascontiguousarray(rows, dtype=np.int64).reshape(-1)
-        bad = KC.check_rows(row_bytes(arr), rows, self.crcs, self._checked, self.block_rows)
+        bad = KC.check_rows(
+            row_bytes(arr), rows, self.crcs, self._checked, self.block_rows, self.cold
+        )
         if bad >= 0:
             lo = int(bad) * self.block_rows
             hi = min(lo + self.block_rows, arr.shape[0]) - 1

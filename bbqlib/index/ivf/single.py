@@ -49,6 +49,7 @@ _ONE_BLOCK = np.int64(2**62)
 _NO_ROW_DATA = np.zeros((1, 1), dtype=np.uint8)
 _NO_ROW_CRCS = np.zeros(1, dtype=np.uint32)
 _NO_LIST_CRCS = np.zeros(0, dtype=np.uint32)
+_NOT_COLD = np.zeros(1, dtype=np.bool_)  # nothing to check: never written
 # No room for the lists or candidate rows to check (``ivf_search_fused``): the usual call.
 _NO_LISTS = np.empty(0, dtype=np.int32)
 _NO_ROWS = np.empty(0, dtype=np.int64)
@@ -282,24 +283,39 @@ def _lists_ok(postings) -> np.ndarray:
 
 
 def _fused(index, state, x, call):
-    """The steps in one compiled call, writing the results into two new arrays. Where the
-    call stops at a list or a block of rows whose CRC32 is unchecked (an index opened from
-    files, at its first read of them), it is called again with room for those lists or rows,
-    they are checked, and it is called once more: the same query, the same result, and no
-    other kernel to load at start-up."""
+    """The steps in one compiled call, writing the results into two new arrays. The call
+    checks the CRC32s of the lists and rows it reads for the first time (an index opened from
+    files). Where one fails, or a list cannot be checked in the call (formats without
+    lookup-table CRCs), it stops; it is called again with room for those lists or rows, they
+    are checked here (raising on damage), and it is called once more: the same query, the
+    same result, and no other kernel to load at start-up."""
     _, k, depth, heap, pad, rerank, plan, (sim, scores, head, tail) = call
     qp = np.empty_like(x) if head[0] else x
     blocks = state["segment"].blocks if rerank else None
     rows_ok, block_rows, row_data, row_crcs = _ALL_ROWS_OK, _ONE_BLOCK, _NO_ROW_DATA, _NO_ROW_CRCS
+    cold = _NOT_COLD
     if blocks is not None:
         rows_ok, block_rows, row_crcs = blocks._checked, blocks.block_rows, blocks.crcs
+        cold = blocks.cold
         row_data = state["row_data"]
     raw = np.empty((1, k))
     rows = np.empty((1, k), dtype=np.int64)
     lists, cands = _NO_LISTS, _NO_ROWS
     for _ in range(5):  # lists, then rows: each stop once without room, once with it
         status, n_lists, entries = KO.ivf_search_fused(
-            x, *head, qp, *tail, rows_ok, block_rows, row_data, row_crcs, raw, rows, lists, cands
+            x,
+            *head,
+            qp,
+            *tail,
+            rows_ok,
+            block_rows,
+            row_data,
+            row_crcs,
+            cold,
+            raw,
+            rows,
+            lists,
+            cands,
         )
         if status == 0:
             break
