@@ -180,3 +180,50 @@ def test_open_and_repair_of_a_killed_first_build_keep_other_files(tmp_path):
         (where / name).write_bytes(b"x" * 100)
     report = bbqlib.repair(where)
     assert report.bytes_freed == 300 and sorted(os.listdir(where)) == ["readme.md"]
+
+
+@posix
+@pytest.mark.parametrize("manifest", [True, False], ids=["over-an-index", "first-build"])
+def test_staging_of_a_dead_distributed_build_is_removed_a_live_one_kept(tmp_path, manifest):
+    """A distributed build's staging folder (``.bbqlib-build-<hex>``) is removed by the
+    next open or ``repair`` once its driver is dead (its lock free), never while the driver
+    lives (it holds the folder's lock for the whole build)."""
+    import subprocess
+    import textwrap
+
+    from bbqlib.index.ivf import storage as ST
+    from bbqlib.index.ivf.staging import staging_folder
+
+    where = tmp_path / "ivf"
+    if manifest:
+        small_ivf(where, n=300)
+    else:
+        where.mkdir()
+    dead = where / ".bbqlib-build-0123abcd"
+    dead.mkdir()
+    (dead / "part-0.codes.npy").write_bytes(b"x" * 5000)
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, time
+            from bbqlib.index.ivf import storage as ST
+            from bbqlib.index.ivf.staging import staging_folder
+            with staging_folder({str(where)!r}, "feedbeef", ST.directory_lock) as f:
+                (f / "part-1.codes.npy").write_bytes(b"y" * 100)
+                print("ready", flush=True)
+                sys.stdin.readline()
+        """)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        report = bbqlib.repair(where, verify=False)
+        assert (".bbqlib-build-0123abcd/", 5000) in report.removed
+        assert not dead.exists() and (where / ".bbqlib-build-feedbeef").is_dir()
+    finally:
+        child.stdin.write("\n")
+        child.stdin.flush()
+        child.wait(30)
+    assert not (where / ".bbqlib-build-feedbeef").exists()  # the live build removed its own
+    with staging_folder(where, "00ff", ST.directory_lock) as folder:
+        assert folder.is_dir()
+    assert not folder.exists()

@@ -44,6 +44,7 @@ from ..index.ivf.build import (
     residual_sample,
     split_lists,
 )
+from ..index.ivf.staging import staging_folder
 from ..io.atomic import LockError, resolve_target
 from ..io.blocks import BLOCK_ROWS, BlockChecksums
 from ..packing import lut_block_starts
@@ -223,8 +224,8 @@ class _Build:
 
         created = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
-        self.staging = self.path / f".bbqlib-build-{self.token}"
-        self.staging.mkdir()
+        self._staging = staging_folder(self.path, self.token, ST.directory_lock)  # locked
+        self.staging = self._staging.__enter__()
         moved: list[Path] = []
         stage = self.mark("sample")
         try:
@@ -263,11 +264,11 @@ class _Build:
                 + ("nothing (removed)" if created else "the index it held before")
             ) from err
         self.mark(None)
-        shutil.rmtree(self.staging, ignore_errors=True)
+        self._staging.__exit__(None, None, None)  # removed, its lock released
         return IVFIndex.open(self.path)
 
     def abort(self, created: bool, moved: list[Path]) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
+        self._staging.__exit__(None, None, None)
         for f in moved:
             f.unlink(missing_ok=True)
         if created and not (self.path / "MANIFEST").exists():

@@ -49,6 +49,7 @@ from . import binding as BI
 from .binding import postings_meta
 from .listcrc import bad_lists, list_crc, list_crcs
 from .segments import Segment, map_segment, with_block_checksums, write_segment
+from .staging import STAGING, remove_dead_staging
 
 __all__ = [
     "MANIFEST",
@@ -280,7 +281,7 @@ def remove_temp_files_of(directory: Path) -> list[tuple[str, int]]:
 def _collect_garbage(directory: Path, keep: set[str]) -> list[tuple[str, int]]:
     """Delete the files of other generations (only names this format owns), and temporary
     files of this directory's writers. The caller holds the directory's lock."""
-    removed = remove_temp_files_of(directory)
+    removed = remove_temp_files_of(directory) + remove_dead_staging(directory)
     for entry in os.scandir(directory):
         if _OWNED.match(entry.name) and entry.name not in keep:
             try:
@@ -340,7 +341,7 @@ def remove_first_build_files(directory: Path) -> list[tuple[str, int]]:
     (temporary files, the working copy, vector segments and files of a generation never
     committed), only under the exact names this code gives them. The caller holds the
     directory's lock, so no live writer owns them."""
-    removed = remove_temp_files_of(directory)
+    removed = remove_temp_files_of(directory) + remove_dead_staging(directory)
     for entry in os.scandir(directory):
         if _FIRST_BUILD.match(entry.name) and entry.is_file(follow_symlinks=False):
             try:
@@ -358,13 +359,14 @@ def first_build_leftovers(directory: Path) -> bool:
         names = os.listdir(directory)
     except OSError:
         return False
-    return any(is_temp_name(n) or n == DIR_LOCK_NAME or _FIRST_BUILD.match(n) for n in names)
+    return any(is_temp_name(n) or n == DIR_LOCK_NAME or _FIRST_BUILD.match(n) or STAGING.match(n)
+               for n in names)  # fmt: skip
 
 
 def _litter(directory: Path, names: set[str]) -> bool:
     """Whether ``directory`` holds temporary files or files of no generation (cheap)."""
-    return any(is_temp_name(n) or n == DIR_LOCK_NAME or (_OWNED.match(n) and n not in names)
-               for n in os.listdir(directory))  # fmt: skip
+    return any(is_temp_name(n) or n == DIR_LOCK_NAME or STAGING.match(n)
+               or (_OWNED.match(n) and n not in names) for n in os.listdir(directory))  # fmt: skip
 
 
 def _owned_name(directory: Path, name, what: str) -> str:
