@@ -21,8 +21,8 @@ Families
     SAQ (:class:`~bbqlib.SAQQuantizer`): PCA segments with their own widths. One row per query
     width, ``doc_bits = 0`` ("the plan decides"): the fitted plan (segments, widths, code
     length, factor record) lives in the file header with the quantizer state, and the fitted
-    quantizer's ``encoding_`` is this row specialised to its plan. Layout ``segments``, flat
-    index only. Wires ``0x400 + (query_bits or 0)``.
+    quantizer's ``encoding_`` is this row specialised to its plan. Layout ``segments``
+    (Flat and IVF indexes). Wires ``0x400 + (query_bits or 0)``.
 
 Layouts
 -------

@@ -27,7 +27,7 @@ FLOORS = [
             "bbqlib.analysis", "bbqlib.adapters", "bbqlib.io.exchange", "bbqlib.distributed",
             "bbqlib.cli", "bbqlib._load", "bbqlib._repair", "bbqlib.__main__", "bbqlib.threads",
             "bbqlib.warmup", "bbqlib.datasets",
-            "bbqlib.calibration", "bbqlib.serving",
+            "bbqlib.calibration",
         ),
     ),
 ]  # fmt: skip
