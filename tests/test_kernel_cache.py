@@ -94,11 +94,16 @@ def test_an_unwritable_cache_folder_only_costs_compilation(tmp_path):
 
 def test_entries_are_stamped_with_every_kernel_module(tmp_path):
     """A kernel that inlines a helper of another module recompiles when that module changes:
-    each entry's stamp holds the (mtime, size) of every module in ``bbqlib/_kernels``."""
+    each entry's stamp holds the (mtime, size) of every module under ``bbqlib/_kernels``."""
     (tmp_path / "a.py").write_text("x = 1\n")
     (tmp_path / "b.py").write_text("y = 2\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "c.py").write_text("z = 3\n")
+    (tmp_path / "sub" / "notes.txt").write_text("not a module\n")
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "stale.py").write_text("")  # never a source
     before = cache.folder_stamp(tmp_path)
-    assert [name for name, _, _ in before] == ["a.py", "b.py"]
+    assert [name for name, _, _ in before] == ["a.py", "b.py", "sub/c.py"]
     (tmp_path / "b.py").write_text("y = 22\n")  # another size
     cache.folder_stamp.cache_clear()
     assert cache.folder_stamp(tmp_path) != before
@@ -108,6 +113,32 @@ def test_entries_are_stamped_with_every_kernel_module(tmp_path):
     own, modules = locator.get_source_stamp()
     assert modules == cache.folder_stamp(cache._KERNELS_FOLDER)
     assert "saq_fastscan.py" in [name for name, _, _ in modules]
+
+
+def test_the_stamp_covers_subfolders_of_the_kernels_package(tmp_path, monkeypatch):
+    """An edited module in a subfolder of ``_kernels`` (a helper a kernel elsewhere inlines)
+    changes every entry's stamp, so no machine code of the old helper is loaded."""
+    import bbqlib._kernels
+
+    assert cache._KERNELS_FOLDER == Path(bbqlib._kernels.__file__).resolve().parent
+    tree = tmp_path / "_kernels"
+    shutil.copytree(cache._KERNELS_FOLDER, tree, ignore=shutil.ignore_patterns("__pycache__"))
+    helper = tree / "layouts" / "planes.py"
+    helper.parent.mkdir()
+    helper.write_text("def helper(x):\n    return x\n")
+    monkeypatch.setattr(cache, "_KERNELS_FOLDER", tree)
+    locator = cache.BbqlibCacheLocator(
+        row_sq_norms.py_func, cache.inspect.getfile(row_sq_norms.py_func)
+    )
+    try:
+        own, before = locator.get_source_stamp()
+        assert "layouts/planes.py" in [name for name, _, _ in before]
+        helper.write_text("def helper(x):\n    return x + 1\n")
+        cache.folder_stamp.cache_clear()
+        own_after, after = locator.get_source_stamp()
+    finally:
+        cache.folder_stamp.cache_clear()
+    assert own_after == own and after != before
 
 
 def test_names_only_module_keeps_the_names_other_code_looks_up():

@@ -15,10 +15,10 @@ installs. bbqlib's kernels use their own numba cache object instead, whose only 
 Inside it, each source folder gets its own subfolder (numba's naming: folder name and a hash
 of its path), so an editable checkout and an installed copy do not share entries; each entry
 is also keyed by a hash of its source file and by the stamps (modification time, size) of
-every module of this package, so an edited kernel recompiles, and so does a kernel that
-inlines a helper from another module when that module changes (numba's own key, the
-kernel's file alone, kept machine code of the old helper). numba's
-configuration and other packages' caches are untouched: only dispatchers built by
+every module under ``bbqlib/_kernels``, subfolders included, so an edited kernel
+recompiles, and so does a kernel that inlines a helper from another module when that module
+changes (numba's own key, the kernel's file alone, kept machine code of the old helper).
+numba's configuration and other packages' caches are untouched: only dispatchers built by
 :mod:`bbqlib._kernels.policy` get this cache. Where no directory is writable the kernels
 compile in every process (no disk cache), as numba does for functions it cannot cache.
 
@@ -35,6 +35,7 @@ only if numba links the kernel into a caller compiled in that process.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import inspect
 import os
 import sys
@@ -51,7 +52,12 @@ from numba.core.caching import (
 
 from .._version import __version__
 
-__all__ = ["cache_dir", "has_entries", "use_bbqlib_cache", "BbqlibCacheLocator"]
+__all__ = [
+    "cache_dir",
+    "has_entries",
+    "use_bbqlib_cache",
+    "BbqlibCacheLocator",
+]
 
 
 def _user_cache_root() -> Path:
@@ -84,17 +90,31 @@ def cache_dir() -> Path:
     return _user_cache_root() / __version__
 
 
-_KERNELS_FOLDER = Path(__file__).resolve().parent
+def _package_folder(name: str) -> Path:
+    """The folder of package ``name``, which is imported or being imported (no import)."""
+    return Path(importlib.util.find_spec(name).origin).resolve().parent
+
+
+# The kernels package by name, not this file's folder: cache.py may move into a subfolder.
+_KERNELS_PACKAGE = __name__[: __name__.index("._kernels") + len("._kernels")]
+_KERNELS_FOLDER = _package_folder(_KERNELS_PACKAGE)
 
 
 @functools.cache
 def folder_stamp(folder: Path) -> tuple:
-    """``(name, mtime, size)`` of every ``.py`` file in ``folder``, sorted by name: part of
-    each cache entry's source stamp (computed once per process)."""
+    """``(relative path, mtime, size)`` of every ``.py`` file under ``folder``, subfolders
+    included, sorted by path: part of each cache entry's source stamp (computed once per
+    process). Paths are POSIX-style, so the stamp does not depend on the platform."""
     entries = []
-    for path in sorted(Path(folder).glob("*.py")):
-        st = path.stat()
-        entries.append((path.name, st.st_mtime, st.st_size))
+    # os.walk, not Path.rglob: it skips __pycache__ folders, which hold no sources.
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        relative = Path(root).relative_to(folder)
+        for name in files:
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(root, name))
+                entries.append(((relative / name).as_posix(), st.st_mtime, st.st_size))
+    entries.sort()
     return tuple(entries)
 
 
@@ -111,8 +131,8 @@ class BbqlibCacheLocator(_SourceFileBackedLocatorMixin, _CacheLocator):
         return self._cache_path
 
     def get_source_stamp(self):
-        """numba's stamp of the kernel's own file, and :func:`folder_stamp` of
-        ``bbqlib/_kernels``, whose helpers kernels inline."""
+        """numba's stamp of the kernel's own file, and :func:`folder_stamp` of the whole
+        ``bbqlib/_kernels`` tree, whose helpers kernels inline."""
         return (super().get_source_stamp(), folder_stamp(_KERNELS_FOLDER))
 
 
