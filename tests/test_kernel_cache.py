@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import os
+import pkgutil
 import shutil
 import stat
 import subprocess
@@ -225,3 +228,124 @@ def test_cached_entries_load_without_their_module_and_still_link(tmp_path):
     assert runs[0][1].split()[0] == "miss"
     assert runs[1][1] == "hit True"  # loaded, its module not parsed
     assert runs[1][2] == "90.0 True"  # linked into a new caller: parsed then
+
+
+# numba's compiling decorators: with cache=True each writes numba's own cache beside the source.
+_NUMBA_COMPILERS = {"jit", "njit", "cfunc", "vectorize", "guvectorize", "stencil", "jitclass"}
+# Where numba is told to compile: policy hands every dispatcher to cache.use_bbqlib_cache,
+# cache.cached_cfunc gives C callbacks bbqlib's cache.
+_COMPILES_HERE = {"bbqlib/_kernels/policy.py", "bbqlib/_kernels/cache.py"}
+
+
+def _callee(node: ast.Call) -> str:
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _is_true(node) -> bool:
+    return not (isinstance(node, ast.Constant) and node.value is False)
+
+
+def test_every_cached_kernel_goes_through_the_bbqlib_cache():
+    """No ``cache=True`` of numba's and no numba compiler call outside the two modules that
+    give bbqlib's cache (``policy``, ``cache``); every dispatcher of the kernel package has
+    bbqlib's cache."""
+    problems = []
+    for path in sorted((ROOT / "bbqlib").rglob("*.py")):
+        where = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), filename=where)):
+            if isinstance(node, ast.Call):
+                name = _callee(node)
+                caching = [kw for kw in node.keywords if kw.arg == "cache" and _is_true(kw.value)]
+                if name in _NUMBA_COMPILERS | {"CFunc"} and where not in _COMPILES_HERE:
+                    problems.append(f"{where}:{node.lineno}: numba's {name}() outside policy")
+                elif name in _NUMBA_COMPILERS and caching:
+                    problems.append(f"{where}:{node.lineno}: {name}(cache=...) is numba's cache")
+                elif name == "enable_caching":
+                    problems.append(f"{where}:{node.lineno}: enable_caching() is numba's cache")
+            elif isinstance(node, ast.Dict) and where not in _COMPILES_HERE:
+                for key in node.keys:
+                    if isinstance(key, ast.Constant) and key.value == "cache":
+                        problems.append(f"{where}:{node.lineno}: a cache option outside policy")
+    assert not problems, "\n".join(problems)
+
+    import numba
+
+    from bbqlib._kernels.policy import ParallelKernel
+
+    package = importlib.import_module("bbqlib._kernels")
+    ours = (cache._CacheOnFirstUse, cache._BbqlibFunctionCache, cache._BbqlibSerialFunctionCache)
+    seen = 0
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if isinstance(value, ParallelKernel):
+                value = value.dispatcher
+            if isinstance(value, numba.core.dispatcher.Dispatcher):
+                seen += 1
+                assert isinstance(value._cache, ours), f"{info.name}.{name}: {value._cache!r}"
+    assert seen > 50
+
+
+_METRIC_AND_KERNELS = """
+import numpy as np
+import bbqlib
+from bbqlib._kernels.candidates import doc_doc_metric
+from bbqlib._validation import row_sq_norms
+
+print(bbqlib.__file__)
+print(float(row_sq_norms(np.ones((3, 5), np.float32))[0]), doc_doc_metric(0, False).cache_hits)
+try:
+    from bbqlib.adapters.usearch import USearchIndex, _usearch
+
+    _usearch()
+except ImportError:  # the adapter's metric was compiled above, without the adapter
+    print("no usearch")
+else:
+    X = np.random.default_rng(0).normal(size=(200, 16)).astype(np.float32)
+    index = USearchIndex(bits=1, similarity="euclidean", expansion_add=16, expansion_search=16)
+    index.add(X)
+    print(index.search(X[:2], k=3, rerank=False)[1][:, 0].tolist())
+"""
+
+_METRIC_AGAIN = """
+from bbqlib._kernels.candidates import doc_doc_metric
+
+print(doc_doc_metric(0, False).cache_hits)
+"""
+
+
+def test_the_usearch_metric_and_kernels_write_nothing_into_the_package(tmp_path):
+    """A writable copy of the package (numba's own cache would write there: ``pip uninstall``
+    then leaves an empty namespace package) runs the usearch adapter's metric and the
+    kernels of an adapter build with an empty kernel cache: every compiled entry lands in
+    the bbqlib cache folder, none in the package; a second process loads the metric."""
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "bbqlib", site / "bbqlib", ignore=shutil.ignore_patterns("__pycache__"))
+    before = _files(site)
+    env = _clean_env(
+        PYTHONPATH=str(site),
+        HOME=str(tmp_path / "home"),
+        BBQLIB_CACHE_DIR=str(tmp_path / "cache"),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    runs = []
+    for script in (_METRIC_AND_KERNELS, _METRIC_AGAIN):
+        proc = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            cwd=tmp_path,  # not the checkout: "-c" puts the working folder first on sys.path
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(proc.stdout.split("\n"))
+    assert runs[0][0] == str(site / "bbqlib" / "__init__.py")
+    assert runs[0][1] == "5.0 0"
+    assert runs[0][2] in ("no usearch", "[0, 1]")
+    assert runs[1][0] == "1"  # the metric came from bbqlib's cache
+    assert not [f for f in _files(site) if f.endswith((".nbi", ".nbc"))]
+    assert _files(site) == before
+    cached = _files(tmp_path / "cache")
+    assert any("/candidates._bytes_ip-" in f and f.endswith(".nbi") for f in cached)

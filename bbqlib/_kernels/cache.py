@@ -19,8 +19,9 @@ every module under ``bbqlib/_kernels``, subfolders included, so an edited kernel
 recompiles, and so does a kernel that inlines a helper from another module when that module
 changes (numba's own key, the kernel's file alone, kept machine code of the old helper).
 numba's configuration and other packages' caches are untouched: only dispatchers built by
-:mod:`bbqlib._kernels.policy` get this cache. Where no directory is writable the kernels
-compile in every process (no disk cache), as numba does for functions it cannot cache.
+:mod:`bbqlib._kernels.policy` and C callbacks built by :func:`cached_cfunc` get this
+cache. Where no directory is writable the kernels compile in every process (no disk cache),
+as numba does for functions it cannot cache.
 
 Loading an entry is bbqlib's share of a fresh process's first query, so entries are stored
 for loading. numba stores each kernel's machine code with the whole optimized LLVM module
@@ -42,6 +43,7 @@ import sys
 from pathlib import Path
 
 import llvmlite.binding as ll
+from numba.core import sigutils
 from numba.core.caching import (
     CompileResultCacheImpl,
     FunctionCache,
@@ -56,6 +58,7 @@ __all__ = [
     "cache_dir",
     "has_entries",
     "use_bbqlib_cache",
+    "cached_cfunc",
     "BbqlibCacheLocator",
 ]
 
@@ -239,12 +242,17 @@ class _CacheOnFirstUse:
         self._cache_class = cache_class
 
     def __getattr__(self, name):
-        try:
-            real = self._cache_class(self._dispatcher.py_func)
-        except RuntimeError:  # no locator: the folder is not writable
-            real = NullCache()
+        real = _function_cache(self._cache_class, self._dispatcher.py_func)
         self._dispatcher._cache = real
         return getattr(real, name)
+
+
+def _function_cache(cache_class, py_func):
+    """``cache_class(py_func)``, or numba's no-op cache when no folder is writable."""
+    try:
+        return cache_class(py_func)
+    except RuntimeError:  # no locator: the folder is not writable
+        return NullCache()
 
 
 def use_bbqlib_cache(dispatcher, *, serial_twin: bool = False) -> None:
@@ -254,3 +262,23 @@ def use_bbqlib_cache(dispatcher, *, serial_twin: bool = False) -> None:
     cache entries)."""
     cls = _BbqlibSerialFunctionCache if serial_twin else _BbqlibFunctionCache
     dispatcher._cache = _CacheOnFirstUse(dispatcher, cls)
+
+
+def cached_cfunc(signature, func, **options):
+    """numba's ``cfunc(signature, cache=True, **options)(func)``, cached in :func:`cache_dir`.
+
+    numba's own ``cache=True`` writes beside the source, into the package (files that
+    ``pip uninstall`` leaves behind); here the C callback gets bbqlib's disk cache, or none
+    when no folder is writable.
+
+    Returns
+    -------
+    numba.core.ccallback.CFunc
+        Compiled (or loaded from the cache); ``.address`` is the function pointer.
+    """
+    from numba.core.ccallback import CFunc  # numba imports it only for C callbacks
+
+    callback = CFunc(func, sigutils.normalize_signature(signature), locals={}, options=options)
+    callback._cache = _function_cache(_BbqlibFunctionCache, func)
+    callback.compile()
+    return callback
