@@ -47,6 +47,12 @@ print(float(row_sq_norms(np.ones((3, 5), np.float32))[0]))
 """
 
 
+_PRINT_PACKAGE = """
+import bbqlib
+print(bbqlib.__file__)
+"""
+
+
 def _clean_env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BBQLIB_", "NUMBA_CACHE"))}
     env.pop("XDG_CACHE_HOME", None)
@@ -71,14 +77,19 @@ def test_an_installed_copy_writes_nothing_into_its_folder(tmp_path):
     env = _clean_env(PYTHONPATH=str(site), HOME=str(home), PYTHONDONTWRITEBYTECODE="1")
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", _RUN], capture_output=True, text=True, env=env, timeout=300
+            [sys.executable, "-c", _PRINT_PACKAGE + _RUN],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            cwd=tmp_path,  # not the checkout: "-c" puts the working folder first on sys.path
         )
     finally:
         for p in [site, *site.rglob("*")]:
             if p.is_dir():
                 p.chmod(p.stat().st_mode | stat.S_IWUSR)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "5.0"
+    assert proc.stdout.split() == [str(site / "bbqlib" / "__init__.py"), "5.0"]
     assert _files(site) == before
     cached = _files(home / ".cache" / "bbqlib" / bbqlib.__version__)
     assert any(f.endswith(".nbi") for f in cached) and any(f.endswith(".nbc") for f in cached)
