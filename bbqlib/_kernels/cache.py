@@ -15,12 +15,13 @@ installs. bbqlib's kernels use their own numba cache object instead, whose only 
 Inside it, each source folder gets its own subfolder (numba's naming: folder name and a hash
 of its path), so an editable checkout and an installed copy do not share entries; each entry
 is also keyed by a hash of its source file and by the stamps (modification time, size) of
-every module of this package, so an edited kernel recompiles, and so does a kernel that
-inlines a helper from another module when that module changes (numba's own key, the
-kernel's file alone, kept machine code of the old helper). numba's
-configuration and other packages' caches are untouched: only dispatchers built by
-:mod:`bbqlib._kernels.policy` get this cache. Where no directory is writable the kernels
-compile in every process (no disk cache), as numba does for functions it cannot cache.
+every module under ``bbqlib/_kernels``, subfolders included, so an edited kernel
+recompiles, and so does a kernel that inlines a helper from another module when that module
+changes (numba's own key, the kernel's file alone, kept machine code of the old helper).
+numba's configuration and other packages' caches are untouched: only dispatchers built by
+:mod:`bbqlib._kernels.policy` and C callbacks built by :func:`cached_cfunc` get this
+cache. Where no directory is writable the kernels compile in every process (no disk cache),
+as numba does for functions it cannot cache.
 
 Loading an entry is bbqlib's share of a fresh process's first query, so entries are stored
 for loading. numba stores each kernel's machine code with the whole optimized LLVM module
@@ -35,12 +36,14 @@ only if numba links the kernel into a caller compiled in that process.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import inspect
 import os
 import sys
 from pathlib import Path
 
 import llvmlite.binding as ll
+from numba.core import sigutils
 from numba.core.caching import (
     CompileResultCacheImpl,
     FunctionCache,
@@ -51,7 +54,13 @@ from numba.core.caching import (
 
 from .._version import __version__
 
-__all__ = ["cache_dir", "has_entries", "use_bbqlib_cache", "BbqlibCacheLocator"]
+__all__ = [
+    "cache_dir",
+    "has_entries",
+    "use_bbqlib_cache",
+    "cached_cfunc",
+    "BbqlibCacheLocator",
+]
 
 
 def _user_cache_root() -> Path:
@@ -84,17 +93,31 @@ def cache_dir() -> Path:
     return _user_cache_root() / __version__
 
 
-_KERNELS_FOLDER = Path(__file__).resolve().parent
+def _package_folder(name: str) -> Path:
+    """The folder of package ``name``, which is imported or being imported (no import)."""
+    return Path(importlib.util.find_spec(name).origin).resolve().parent
+
+
+# The kernels package by name, not this file's folder: cache.py may move into a subfolder.
+_KERNELS_PACKAGE = __name__[: __name__.index("._kernels") + len("._kernels")]
+_KERNELS_FOLDER = _package_folder(_KERNELS_PACKAGE)
 
 
 @functools.cache
 def folder_stamp(folder: Path) -> tuple:
-    """``(name, mtime, size)`` of every ``.py`` file in ``folder``, sorted by name: part of
-    each cache entry's source stamp (computed once per process)."""
+    """``(relative path, mtime, size)`` of every ``.py`` file under ``folder``, subfolders
+    included, sorted by path: part of each cache entry's source stamp (computed once per
+    process). Paths are POSIX-style, so the stamp does not depend on the platform."""
     entries = []
-    for path in sorted(Path(folder).glob("*.py")):
-        st = path.stat()
-        entries.append((path.name, st.st_mtime, st.st_size))
+    # os.walk, not Path.rglob: it skips __pycache__ folders, which hold no sources.
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        relative = Path(root).relative_to(folder)
+        for name in files:
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(root, name))
+                entries.append(((relative / name).as_posix(), st.st_mtime, st.st_size))
+    entries.sort()
     return tuple(entries)
 
 
@@ -111,8 +134,8 @@ class BbqlibCacheLocator(_SourceFileBackedLocatorMixin, _CacheLocator):
         return self._cache_path
 
     def get_source_stamp(self):
-        """numba's stamp of the kernel's own file, and :func:`folder_stamp` of
-        ``bbqlib/_kernels``, whose helpers kernels inline."""
+        """numba's stamp of the kernel's own file, and :func:`folder_stamp` of the whole
+        ``bbqlib/_kernels`` tree, whose helpers kernels inline."""
         return (super().get_source_stamp(), folder_stamp(_KERNELS_FOLDER))
 
 
@@ -219,12 +242,17 @@ class _CacheOnFirstUse:
         self._cache_class = cache_class
 
     def __getattr__(self, name):
-        try:
-            real = self._cache_class(self._dispatcher.py_func)
-        except RuntimeError:  # no locator: the folder is not writable
-            real = NullCache()
+        real = _function_cache(self._cache_class, self._dispatcher.py_func)
         self._dispatcher._cache = real
         return getattr(real, name)
+
+
+def _function_cache(cache_class, py_func):
+    """``cache_class(py_func)``, or numba's no-op cache when no folder is writable."""
+    try:
+        return cache_class(py_func)
+    except RuntimeError:  # no locator: the folder is not writable
+        return NullCache()
 
 
 def use_bbqlib_cache(dispatcher, *, serial_twin: bool = False) -> None:
@@ -234,3 +262,23 @@ def use_bbqlib_cache(dispatcher, *, serial_twin: bool = False) -> None:
     cache entries)."""
     cls = _BbqlibSerialFunctionCache if serial_twin else _BbqlibFunctionCache
     dispatcher._cache = _CacheOnFirstUse(dispatcher, cls)
+
+
+def cached_cfunc(signature, func, **options):
+    """numba's ``cfunc(signature, cache=True, **options)(func)``, cached in :func:`cache_dir`.
+
+    numba's own ``cache=True`` writes beside the source, into the package (files that
+    ``pip uninstall`` leaves behind); here the C callback gets bbqlib's disk cache, or none
+    when no folder is writable.
+
+    Returns
+    -------
+    numba.core.ccallback.CFunc
+        Compiled (or loaded from the cache); ``.address`` is the function pointer.
+    """
+    from numba.core.ccallback import CFunc  # numba imports it only for C callbacks
+
+    callback = CFunc(func, sigutils.normalize_signature(signature), locals={}, options=options)
+    callback._cache = _function_cache(_BbqlibFunctionCache, func)
+    callback.compile()
+    return callback

@@ -22,6 +22,7 @@ import functools
 import numpy as np
 from numba import carray
 
+from . import cache as _cache
 from .policy import kernel, parallel_kernel, prange
 from .scoring import _raw, byte_dot, float_dot, plane_dot, unpack_row
 
@@ -251,12 +252,14 @@ def doc_doc_metric(planes: int, is_l2: bool):
     numba.core.ccallback.CFunc
         usearch's ``ArrayArraySize`` signature ``float32(void*, void*, uint64, uint64)``
         (the first size is the record length); ``.address`` is the function pointer. Compiled
-        once per process (and cached on disk); keep the object alive while an index uses it.
+        once per process (and cached in bbqlib's per-user kernel cache,
+        :mod:`bbqlib._kernels.cache`); keep the object alive while an index uses it.
     """
-    from numba import cfunc, types
+    from numba import types
 
     key = (int(planes), bool(is_l2))
     if key not in _METRICS:
         raise ValueError(f"planes must be 1, 2, 4 (bit planes) or 0 (bytes), got {planes!r}")
     signature = types.float32(types.voidptr, types.voidptr, types.uint64, types.uint64)
-    return cfunc(signature, nopython=True, cache=True)(_METRICS[key])
+    # bbqlib's per-user cache: numba's cache=True would write into the package folder.
+    return _cache.cached_cfunc(signature, _METRICS[key], nopython=True)
