@@ -1,0 +1,93 @@
+"""Pickles written before keep loading and serving the same results.
+
+The fixtures under tests/fixtures/pickles were written by scripts/make_pickle_fixtures.py with
+the bbqlib that ``info.json`` names: flat indexes of every family, in-memory IVF indexes,
+bare quantizers and an ``EncodedVectors``, each pickled after searches (with the caches those
+searches fill). A pickle names its classes by module path, so these tests catch a module move
+without a shim at the old path (issue 28). A ``FutureWarning`` from such a shim is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+from paths import FIXTURES
+
+import bbqlib
+from bbqlib.index import single
+
+PICKLES = FIXTURES / "pickles"
+INFO = json.loads((PICKLES / "info.json").read_text())
+K = INFO["k"]
+IVF_SEARCH = {"visit_percentage": 50.0}
+
+
+def _load(name: str):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # an old path served by a shim
+        return pickle.loads((PICKLES / f"{name}.pkl").read_bytes())
+
+
+def _cases(prefix: str) -> list[str]:
+    return [name for name in INFO["cases"] if name.startswith(prefix)]
+
+
+def _assert_same(scores, ids, expected_scores, expected_ids):
+    np.testing.assert_array_equal(ids, expected_ids)
+    np.testing.assert_allclose(scores, expected_scores, rtol=1e-6, atol=1e-7)
+
+
+def _assert_index_serves(index, expected, **kwargs):
+    Q = expected["queries"]
+    for rerank in (True, False):
+        scores, ids = index.search(Q, k=K, rerank=rerank, scores="raw", **kwargs)
+        tag = f"rerank{int(rerank)}"
+        _assert_same(scores, ids, expected[f"scores_{tag}"], expected[f"ids_{tag}"])
+    scores, ids = index.search(Q[0], k=K, scores="raw", **kwargs)
+    _assert_same(scores, ids, expected["scores_one"], expected["ids_one"])
+
+
+def test_every_family_has_fixtures():
+    families = {name.split("_", 1)[1] for name in _cases("flat_")}
+    assert families == {
+        "bbq1_cosine", "rabitq2_euclidean", "int8_osq_cosine", "int8_per_dim_euclidean",
+        "int8_global_cosine", "saq2_euclidean",
+    }  # fmt: skip
+    assert {name.split("_", 1)[1] for name in _cases("quantizer_")} == families
+    assert set(_cases("ivf_")) == {"ivf_bbq1_cosine", "ivf_rabitq2_euclidean", "ivf_saq2_euclidean"}
+
+
+@pytest.mark.parametrize("name", _cases("flat_") + _cases("ivf_"))
+def test_old_index_pickles_load_and_serve_the_recorded_results(name, monkeypatch):
+    monkeypatch.setattr(single, "COMPILE_SINGLE_AFTER", 0.0)  # the one-query path, as written
+    index = _load(name)
+    expected = np.load(PICKLES / f"{name}.expected.npz")
+    _assert_index_serves(index, expected, **(IVF_SEARCH if name.startswith("ivf_") else {}))
+    before = index.ntotal
+    index.add(expected["queries"])  # still writable: the guard came back
+    assert index.ntotal == before + len(expected["queries"])
+
+
+@pytest.mark.parametrize("name", _cases("quantizer_"))
+def test_old_quantizer_pickles_encode_and_search_as_before(name):
+    quantizer = _load(name)
+    expected = np.load(PICKLES / f"{name}.expected.npz")
+    enc = quantizer.encode(expected["vectors"])
+    scores, rows = quantizer.search(expected["queries"], enc, K)
+    _assert_same(scores, rows, expected["scores"], expected["rows"])
+    np.testing.assert_allclose(
+        quantizer.estimate(expected["queries"], enc), expected["estimate"], rtol=1e-6, atol=1e-6
+    )
+
+
+def test_old_encoded_vectors_pickle_searches_as_before():
+    quantizer = _load("quantizer_bbq1_cosine")  # the quantizer that encoded them
+    enc = _load("encoded_bbq1_cosine")
+    assert isinstance(enc, bbqlib.EncodedVectors)
+    expected = np.load(PICKLES / "encoded_bbq1_cosine.expected.npz")
+    scores, rows = quantizer.search(expected["queries"], enc, K)
+    _assert_same(scores, rows, expected["scores"], expected["rows"])
