@@ -91,3 +91,100 @@ def test_old_encoded_vectors_pickle_searches_as_before():
     expected = np.load(PICKLES / "encoded_bbq1_cosine.expected.npz")
     scores, rows = quantizer.search(expected["queries"], enc, K)
     _assert_same(scores, rows, expected["scores"], expected["rows"])
+
+
+# --------------------------------------------------------------------------- derived state
+
+#: What a search derives and keeps, which pickles leave out (made again on first use);
+#: ``bbqlib.scoring.codes`` is the module of the kernel layouts ``EncodedVectors`` cache.
+DERIVED = (b"_single_mask", b"_single_state", b"_live_cache", b"_live_per_list",
+           b"_saq_fastscan", b"bbqlib.scoring.codes")  # fmt: skip
+
+
+def _encoded_in(obj, depth: int = 3) -> list:
+    """The ``EncodedVectors`` an object holds, in its attributes, lists and tuples."""
+    if isinstance(obj, bbqlib.EncodedVectors):
+        return [obj]
+    if depth == 0:
+        return []
+    items = obj if isinstance(obj, (list, tuple)) else getattr(obj, "__dict__", {}).values()
+    return [enc for item in items for enc in _encoded_in(item, depth - 1)]
+
+
+def _assert_lean(blob: bytes):
+    found = [name.decode() for name in DERIVED if name in blob]
+    assert not found, f"the pickle holds derived state: {found}"
+    caches = [enc._cache for enc in _encoded_in(pickle.loads(blob))]
+    assert not any(caches), "an EncodedVectors kept its cache"
+
+
+def _searched(index, Q, **kwargs) -> list:
+    """Every kind of search the fixtures record, in order (they fill the caches)."""
+    out = []
+    for rerank in (True, False):
+        out += index.search(Q, k=K, rerank=rerank, scores="raw", **kwargs)
+    out += index.search(Q[0], k=K, scores="raw", **kwargs)
+    return out
+
+
+def _same_results(a: list, b: list):
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("name", _cases("flat_") + _cases("ivf_") + ["encoded_bbq1_cosine"])
+def test_old_pickles_pickle_again_without_their_caches(name):
+    _assert_lean(pickle.dumps(_load(name)))
+
+
+@pytest.mark.parametrize(
+    "kind, make",
+    [
+        ("flat", lambda: bbqlib.FlatIndex(bits=1, similarity="cosine")),
+        ("flat", lambda: bbqlib.FlatIndex(bbqlib.SAQQuantizer(bits=2.0, similarity="euclidean"))),
+        ("ivf", lambda: bbqlib.IVFIndex(bits=1, similarity="cosine", cluster_size=64, seed=7)),
+        (
+            "ivf",
+            lambda: bbqlib.IVFIndex(
+                bbqlib.SAQQuantizer(bits=2.0, similarity="euclidean"), cluster_size=64, seed=7
+            ),
+        ),  # fmt: skip
+    ],
+    ids=["flat-bbq", "flat-saq", "ivf-bbq", "ivf-saq"],
+)
+def test_searched_index_pickles_without_derived_state_and_searches_the_same(
+    kind, make, monkeypatch
+):
+    monkeypatch.setattr(single, "COMPILE_SINGLE_AFTER", 0.0)
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(256, 16)).astype(np.float32)
+    Q = rng.normal(size=(4, 16)).astype(np.float32)
+    kwargs = IVF_SEARCH if kind == "ivf" else {}
+    index = make()
+    index.add(X)
+    index.search(Q[0], k=K, **kwargs)  # the IVF's one-query path runs only without deletes
+    index.delete(np.array([3, 5]))
+    before = _searched(index, Q, **kwargs)
+    blob = pickle.dumps(index)
+    _assert_lean(blob)
+    again = pickle.loads(blob)
+    _same_results(_searched(again, Q, **kwargs), before)
+    _same_results(_searched(again, Q, **kwargs), before)  # from the caches made again
+    for each in (index, again):  # a delete after loading drops what the searches made
+        each.delete(np.array([7]))
+    _same_results(_searched(again, Q, **kwargs), _searched(index, Q, **kwargs))
+
+
+def test_encoded_vectors_pickle_without_their_cache():
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(64, 16)).astype(np.float32)
+    quantizer = bbqlib.BBQQuantizer(bits=1, similarity="cosine").fit(X)
+    enc = quantizer.encode(X)
+    before = quantizer.search(X[:3], enc, K)
+    assert enc._cache  # the search filled it
+    blob = pickle.dumps(enc)
+    _assert_lean(blob)
+    again = pickle.loads(blob)
+    assert again._cache == {}
+    _same_results(quantizer.search(X[:3], again, K), before)
+    assert again._cache  # made again on use
