@@ -7,10 +7,12 @@ serve the results recorded beside them (``tests/test_pickles.py``)::
 
     python scripts/make_pickle_fixtures.py tests/fixtures/pickles
 
-Data: seeded Gaussian vectors (synthetic on purpose: each pickle stays a few kB), custom ids,
-one or two of them deleted. Every object is pickled after a batch and a one-query search, so
-it carries whatever caches those searches leave behind, as a user's pickle would (the
-one-query paths run from the first query here, as after ``bbqlib.warmup``).
+Data: seeded Gaussian vectors (synthetic on purpose: the pickles stay between 1 and 80 kB),
+custom ids, one or two of them deleted. Every object is pickled after a batch and a one-query
+search, as a user's pickle would be (the one-query paths run from the first query here, as
+after ``bbqlib.warmup``). The committed fixtures were written before pickles left derived
+caches out (issue 28, step 0.4), so they carry ``EncodedVectors._cache``, the one-query and
+live-row caches and SAQ's ``_saq_fastscan``: rewriting them would lose that coverage.
 ``info.json`` lists the cases, the bbqlib version and the module paths each pickle references.
 """
 
