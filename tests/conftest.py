@@ -7,9 +7,10 @@ from pathlib import Path
 import numba
 import numpy as np
 import pytest
+from paths import SHARED, shared_or_skip
 
 #: ``../shared/data`` beside the checkout (real embeddings with ground truth).
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED_DATA = SHARED / "data"
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -62,8 +63,7 @@ def make_vectors():
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """Path of ``../shared/data``; skips the test when it is absent."""
-    if not (SHARED_DATA / "debian-minilm-384" / "base.npy").exists():
-        pytest.skip(f"shared data not found at {SHARED_DATA} (real-data tests need it)")
+    shared_or_skip("data", "debian-minilm-384", "base.npy", what="real-data tests' shared data")
     return SHARED_DATA
 
 

@@ -25,11 +25,11 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from paths import TESTS
 
 import bbqlib
 from bbqlib.io.vectors import write_vectors
 
-ROOT = Path(__file__).resolve().parents[1]
 _PREFIX = struct.Struct("<8sIIII")
 
 
@@ -399,7 +399,7 @@ def phase_file(where: Path) -> Path:
 
 def start_child(kind: str, where: Path) -> subprocess.Popen:
     tree = Path(bbqlib.__file__).resolve().parents[1]  # the bbqlib under test, not cwd's
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(ROOT / "tests")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(TESTS)]))
     proc = subprocess.Popen(
         [sys.executable, "-c", _CHILD, kind, str(where), str(phase_file(where))],
         stdout=subprocess.PIPE,

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from paths import ROOT, SHARED, TESTS
 
 __all__ = [
     "ENCODINGS",
@@ -45,16 +46,13 @@ __all__ = [
     "FRACTIONS",
 ]
 
-REPO = Path(__file__).resolve().parents[1]
-SOURCE = REPO / "tests" / "java" / "LuceneOracle.java"
+REPO = ROOT
+SOURCE = TESTS / "java" / "LuceneOracle.java"
 
 
 def shared_dir() -> Path:
-    """``shared/`` beside the checkout or beside one of its parents (worktrees nest deeper)."""
-    for parent in REPO.parents:
-        if (parent / "shared").is_dir():
-            return parent / "shared"
-    return REPO.parent / "shared"
+    """``shared/`` beside the checkout or beside one of its parents (``paths.SHARED``)."""
+    return SHARED
 
 
 #: The Lucene jar in ``shared/oracle``; ``$BBQLIB_LUCENE_JAR`` wins.

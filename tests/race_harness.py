@@ -26,11 +26,11 @@ from pathlib import Path
 
 import numpy as np
 from fault_harness import unit_rows
+from paths import TESTS
 
 import bbqlib
 from bbqlib.io.container import read_container, write_container
 
-ROOT = Path(__file__).resolve().parents[1]
 D = 16
 
 _SAVER = r"""
@@ -48,7 +48,7 @@ while True:
 
 def _child(code: str, *args: str, cwd: Path) -> subprocess.Popen:
     tree = Path(bbqlib.__file__).resolve().parents[1]  # the bbqlib under test
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(ROOT / "tests")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(TESTS)]))
     return subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, env=env, cwd=cwd)  # fmt: skip
 

@@ -22,13 +22,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import ROOT, SHARED
 
 from bbqlib.adapters.ann_benchmarks_plugin import DEFINITIONS, MODULE, register_dataset
 from bbqlib.cli import load_demo_sample
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 #: ``../shared/peers`` beside the checkout; BBQLIB_PEERS points elsewhere (e.g. from a worktree).
-PEERS = Path(os.environ.get("BBQLIB_PEERS", REPO.parent / "shared" / "peers"))
+PEERS = Path(os.environ.get("BBQLIB_PEERS", SHARED / "peers"))
 HARNESS = PEERS / "ann-benchmarks"
 
 #: What the harness's run_algorithm.py and data_export.py import beyond bbqlib's own needs.

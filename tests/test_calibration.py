@@ -10,6 +10,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from paths import ROOT
 
 import bbqlib
 from bbqlib.analysis.ground_truth import exact_knn
@@ -315,9 +316,8 @@ def test_results_render_keeps_rows_it_did_not_measure():
     """benchmarks/render_calibrate.py's carry-over: a re-render replaces the rows it measured,
     keeps the committed rows of other data sets (keyed tables) and the tables it lacks."""
     import importlib.util
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "render_calibrate.py"
+    path = ROOT / "benchmarks" / "render_calibrate.py"
     spec = importlib.util.spec_from_file_location("render_calibrate", path)
     render = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(render)

@@ -7,11 +7,10 @@ has relative error at most ``gamma_n = n u / (1 - n u)`` with ``u = 2**-24``.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numba
 import numpy as np
 import pytest
+from paths import SHARED
 from reference.clustering import (
     centroid_means_ref,
     nearest_centroid_ref,
@@ -45,7 +44,7 @@ from bbqlib.index.clustering.kmeans import _split_k, _split_threshold
 
 DIMS = [1, 3, 7, 8, 9, 63, 64, 65, 127, 384]
 U32 = 2.0**-24
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = SHARED / "data"
 
 
 def gamma(n: int) -> float:

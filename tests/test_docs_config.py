@@ -7,11 +7,10 @@ from __future__ import annotations
 import importlib
 import re
 import sys
-from pathlib import Path
 
 import pytest
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 bbqlib_docs = importlib.import_module("bbqlib_docs")
 

@@ -23,8 +23,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SITE = Path(os.environ.get("BBQLIB_DOCS_HTML", ROOT / "docs" / "_build" / "html"))
 IN_CI = os.environ.get("CI") == "true"
 #: The API page the test opens: the reference of the class most users start with.

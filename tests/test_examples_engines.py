@@ -6,11 +6,11 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from paths import ROOT
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = ROOT / "examples"
 CASES = [
     ("engine_usearch.py", "usearch", "recall@10"),
     ("engine_faiss.py", "faiss", "recall@10"),
@@ -30,7 +30,7 @@ def test_engine_example_runs(script, engine, expect):
         capture_output=True,
         text=True,
         timeout=600,
-        cwd=EXAMPLES.parent,
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert expect in done.stdout

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import FIXTURES
 
 import bbqlib
 from bbqlib import CorruptFileError, FlatIndex
@@ -19,7 +20,7 @@ from bbqlib.io.blocks import BLOCK_ROWS
 
 N, D = 3 * 256 + 17, 24
 GROUP = 256  # rows 0-255 are their own cluster: their neighbours are among them
-FIXTURES = Path(__file__).parent / "fixtures" / "formats"
+FORMATS = FIXTURES / "formats"
 
 
 def _vectors_offset(path: Path) -> tuple[int, int]:
@@ -101,7 +102,7 @@ def test_every_whole_read_checks_first(saved, action, tmp_path):
 
 
 def test_format_4_files_check_their_vectors_at_load(tmp_path):
-    src = FIXTURES / "flat_v4" / "bbq1_cosine.bbq"
+    src = FORMATS / "flat_v4" / "bbq1_cosine.bbq"
     path = tmp_path / src.name
     shutil.copy(src, path)
     assert bbqlib.load(path).verify()["vector_blocks"] == 0

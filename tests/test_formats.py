@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import FIXTURES
 
 import bbqlib
 from bbqlib.io.container import (
@@ -24,15 +25,15 @@ from bbqlib.io.container import (
     write_container,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures" / "formats"
+FORMATS = FIXTURES / "formats"
 
 
 def _info(tag: str) -> dict:
-    return json.loads((FIXTURES / tag / "info.json").read_text())
+    return json.loads((FORMATS / tag / "info.json").read_text())
 
 
 def _cases():
-    for tag_dir in sorted(FIXTURES.iterdir()):
+    for tag_dir in sorted(FORMATS.iterdir()):
         for name in _info(tag_dir.name)["cases"]:
             yield pytest.param(tag_dir.name, name, id=f"{tag_dir.name}-{name}")
 
@@ -40,10 +41,10 @@ def _cases():
 @pytest.mark.parametrize(("tag", "name"), list(_cases()))
 def test_old_files_open_and_serve_the_recorded_results(tag, name, tmp_path):
     ivf = tag.startswith("ivf")
-    src = FIXTURES / tag / (name if ivf else f"{name}.bbq")
+    src = FORMATS / tag / (name if ivf else f"{name}.bbq")
     path = tmp_path / src.name
     (shutil.copytree if ivf else shutil.copy)(src, path)  # opening may clean a directory
-    expected = np.load(FIXTURES / tag / f"{name}.expected.npz")
+    expected = np.load(FORMATS / tag / f"{name}.expected.npz")
     index = bbqlib.load(path)
     kwargs = {"visit_percentage": 50.0} if ivf else {}
     kwargs["scores"] = _info(tag).get("scores", "similarity")
@@ -56,7 +57,7 @@ def test_old_files_open_and_serve_the_recorded_results(tag, name, tmp_path):
 
 
 def test_old_flat_files_save_in_the_current_format(tmp_path):
-    src = FIXTURES / "flat_v1" / "int8_per_dim_euclidean.bbq"
+    src = FORMATS / "flat_v1" / "int8_per_dim_euclidean.bbq"
     index = bbqlib.load(src)
     index.save(tmp_path / "new.bbq")
     _, meta, _ = read_container(tmp_path / "new.bbq")
@@ -66,7 +67,7 @@ def test_old_flat_files_save_in_the_current_format(tmp_path):
 
 
 def _newer_flat(tmp_path) -> Path:
-    src = FIXTURES / "flat_v1" / "bbq1_cosine.bbq"
+    src = FORMATS / "flat_v1" / "bbq1_cosine.bbq"
     kind, meta, arrays = read_container(src, mmap=False)
     meta["format_version"] = bbqlib.index.flat.FORMAT_VERSION + 1
     return write_container(tmp_path / "newer.bbq", kind, meta, arrays)
@@ -83,7 +84,7 @@ def test_newer_flat_file_names_its_version(tmp_path):
 
 def test_newer_container_names_its_version(tmp_path):
     path = tmp_path / "c.bbq"
-    shutil.copy(FIXTURES / "flat_v1" / "bbq1_cosine.bbq", path)
+    shutil.copy(FORMATS / "flat_v1" / "bbq1_cosine.bbq", path)
     raw = bytearray(path.read_bytes())
     raw[8:12] = (FORMAT_VERSION + 1).to_bytes(4, "little")
     path.write_bytes(bytes(raw))
@@ -97,7 +98,7 @@ def test_newer_ivf_directory_names_its_version(tmp_path):
     from bbqlib.index.ivf import storage as ivf_storage
 
     path = tmp_path / "ivf"
-    shutil.copytree(FIXTURES / "ivf_v2" / "ivf1_cosine", path)
+    shutil.copytree(FORMATS / "ivf_v2" / "ivf1_cosine", path)
     manifest = json.loads((path / "MANIFEST").read_text())
     manifest["format_version"] = ivf_storage.FORMAT_VERSION + 1
     (path / "MANIFEST").write_text(json.dumps(manifest))
@@ -109,7 +110,7 @@ def test_newer_ivf_directory_names_its_version(tmp_path):
 
 def test_old_ivf_directory_takes_custom_ids_and_saves_the_current_format(tmp_path):
     path = tmp_path / "ivf"
-    shutil.copytree(FIXTURES / "ivf_v3" / "ivf1_euclidean", path)
+    shutil.copytree(FORMATS / "ivf_v3" / "ivf1_euclidean", path)
     index = bbqlib.load(path)  # format 3: ids are rows
     np.testing.assert_array_equal(index.ids, np.arange(600))
     X = np.random.default_rng(5).normal(size=(10, 16)).astype(np.float32) + 0.3
@@ -130,7 +131,7 @@ def test_format_4_segments_get_block_checksums_only_if_their_crc_holds(tmp_path)
     """Upgrading a format-4 directory computes block CRC32s of its kept vector files; a
     damaged file is refused, not given fresh checksums."""
     path = tmp_path / "ivf"
-    shutil.copytree(FIXTURES / "ivf_v4" / "ivf1_cosine", path)
+    shutil.copytree(FORMATS / "ivf_v4" / "ivf1_cosine", path)
     vec = next(path.glob("vectors.*.npy"))
     raw = bytearray(vec.read_bytes())
     raw[-5] ^= 0x10
@@ -146,7 +147,7 @@ def test_format_5_header_without_block_checksums_is_refused(tmp_path):
     from bbqlib.index.ivf import storage as ivf_storage
 
     path = tmp_path / "ivf"
-    shutil.copytree(FIXTURES / "ivf_v4" / "ivf1_cosine", path)
+    shutil.copytree(FORMATS / "ivf_v4" / "ivf1_cosine", path)
     manifest = json.loads((path / "MANIFEST").read_text())
     manifest["format_version"] = ivf_storage.BLOCK_CRC_FORMAT  # a v4 header under a v5 name
     (path / "MANIFEST").write_text(json.dumps(manifest))

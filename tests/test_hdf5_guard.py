@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
 from fault_harness import unit_rows
+from paths import FIXTURES
 
 from bbqlib import CorruptFileError
 from bbqlib.io import hdf5_guard, read_ann_benchmarks, read_ann_benchmarks_metric
 
 h5py = pytest.importorskip("h5py", reason="h5py (bbqlib[hdf5]) is not installed")
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hdf5"
+HDF5 = FIXTURES / "hdf5"
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def _write(path, train, test, neighbors, distances, distance="angular", **kwargs
 
 def test_a_file_that_makes_libhdf5_loop_is_a_clean_error(tmp_path, fresh_worker):
     path = tmp_path / "loop.hdf5"
-    shutil.copy(FIXTURES / "attribute_loop.hdf5", path)
+    shutil.copy(HDF5 / "attribute_loop.hdf5", path)
     train, test, _, _ = read_ann_benchmarks(path)  # the datasets are intact; starts the worker
     assert train.shape == (64, 12) and test.shape == (4, 12)
     with pytest.raises(CorruptFileError, match="loop.hdf5"):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import ROOT, SHARED
 from reference.ivf import (
     centroid_keys_reference,
     dedup_topk_reference,
@@ -34,7 +35,7 @@ from bbqlib.packing import pack_planes, plane_words
 from bbqlib.quantizers.osq import quantize_pairs, quantize_rows
 from bbqlib.scoring import dedup_topk
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = SHARED / "data"
 DIMS = [1, 3, 7, 63, 65, 127, 384]
 
 
@@ -701,7 +702,7 @@ def test_serving_path_imports_no_sklearn_or_scipy(built, data, tmp_path):
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "PYTHONPATH": str(Path.cwd())},
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     # numba itself imports ``scipy`` and ``scipy.linalg`` when it starts compiling or loading
     # kernels (the baseline); the serving path must add nothing, and sklearn never appears.

@@ -12,11 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from paths import PACKAGE, ROOT
+
 import bbqlib
 from bbqlib._kernels import cache
 from bbqlib._kernels.validation import row_sq_norms
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_cache_dir_precedence(monkeypatch, tmp_path):
@@ -37,7 +37,7 @@ def test_kernels_use_the_bbqlib_cache():
     for disp in (row_sq_norms.dispatcher, row_sq_norms.serial):
         path = Path(disp._cache.cache_path)
         assert cache.cache_dir() in path.parents
-        assert ROOT / "bbqlib" not in path.parents
+        assert PACKAGE not in path.parents
 
 
 _RUN = """
@@ -68,7 +68,7 @@ def test_an_installed_copy_writes_nothing_into_its_folder(tmp_path):
     """A read-only copy of the package (as pip lays it out) runs a kernel; the compiled code
     lands in $HOME/.cache/bbqlib/<version>, the package folder is left as it was."""
     site = tmp_path / "site"
-    shutil.copytree(ROOT / "bbqlib", site / "bbqlib", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(PACKAGE, site / "bbqlib", ignore=shutil.ignore_patterns("__pycache__"))
     before = _files(site)
     for p in [site, *site.rglob("*")]:
         if p.is_dir():

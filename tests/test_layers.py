@@ -10,8 +10,7 @@ import ast
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1] / "bbqlib"
+from paths import PACKAGE, ROOT
 
 #: Floors, lowest first: a module may import its own floor and the ones below it.
 FLOORS = [
@@ -38,7 +37,7 @@ MAX_LINES = 520
 
 
 def _module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT.parent).with_suffix("")
+    rel = path.relative_to(ROOT).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -46,11 +45,11 @@ def _module_name(path: Path) -> str:
 
 
 def _modules():
-    return sorted(p for p in ROOT.rglob("*.py") if "__pycache__" not in p.parts)
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
 
 
 def _is_module(name: str) -> bool:
-    path = ROOT.parent / name.replace(".", "/")
+    path = ROOT / name.replace(".", "/")
     return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
 
 

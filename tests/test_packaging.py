@@ -4,11 +4,11 @@ optional package the tests import, so ``pip install -e ".[test]"`` runs them all
 from __future__ import annotations
 
 import re
-from pathlib import Path
+
+from paths import PACKAGE, ROOT, TESTS
 
 import bbqlib
 
-ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
 
 #: Import name -> distribution name, where they differ.
@@ -31,7 +31,7 @@ def test_license_is_the_apache_2_text():
 
 
 def test_package_is_typed():
-    assert (ROOT / "bbqlib" / "py.typed").is_file()
+    assert (PACKAGE / "py.typed").is_file()
     assert '"py.typed"' in PYPROJECT.split("[tool.setuptools.package-data]")[1]
 
 
@@ -58,7 +58,7 @@ def test_changelog_has_a_deprecation_policy():
 
 def test_test_extra_holds_every_optional_package_the_tests_import():
     imported = set()
-    for path in (ROOT / "tests").rglob("*.py"):
+    for path in TESTS.rglob("*.py"):
         src = path.read_text(encoding="utf-8")
         imported |= set(re.findall(r"importorskip\(\s*\"([A-Za-z_][A-Za-z0-9_]*)", src))
     imported -= {"bbqlib"}

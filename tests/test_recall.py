@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import SHARED
 
 from bbqlib.analysis.ground_truth import exact_knn
 from bbqlib.analysis.recall import recall_at_k, recall_per_query
 
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA_DIR = SHARED / "data"
 
 
 # ----------------------------------------------------------------------------- references

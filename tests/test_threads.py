@@ -11,17 +11,15 @@ import subprocess
 import sys
 import textwrap
 import threading
-from pathlib import Path
 
 import numba
 import numpy as np
 import pytest
+from paths import ROOT
 
 import bbqlib
 from bbqlib._kernels import policy
 from bbqlib._kernels.validation import row_sq_norms
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)

@@ -120,6 +120,7 @@ class FlatIndex:
             self._check_vector_rows(self._vectors[0], None)
         state = dict(self.__dict__)
         state.pop("_guard", None)
+        state.pop("_single_mask", None)  # the one-query path's live mask: made again on use
         state["_vector_blocks"] = None
         return state
 

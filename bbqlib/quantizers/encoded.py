@@ -49,6 +49,17 @@ class EncodedVectors:
             if arr.flags.writeable and not isinstance(arr, np.memmap):
                 arr.flags.writeable = False
 
+    def __getstate__(self):
+        # The cache holds what quantizers derive from the codes (kernel layouts, norms); it is
+        # rebuilt on first use, and pickling it would tie pickles to the modules of its classes.
+        state = dict(self.__dict__)
+        state.pop("_cache", None)
+        return state
+
+    def __setstate__(self, state):
+        state.setdefault("_cache", {})  # older pickles carry theirs: still valid for these codes
+        self.__dict__.update(state)  # frozen: no __setattr__
+
     def __len__(self) -> int:
         return self.codes.shape[0]
 

@@ -49,6 +49,13 @@ class Postings:
         self._verified_blocks = np.full(k, self.lut_crc is None, dtype=bool)
         self._checked_sections: set[str] = set()
 
+    def __getstate__(self):
+        # SAQ's fast-scan blocks are made again on first use (keyed by the codes' identity,
+        # which a pickle does not keep anyway).
+        state = dict(self.__dict__)
+        state.pop("_saq_fastscan", None)
+        return state
+
     @property
     def n_lists(self) -> int:
         return self.start.shape[0] - 1
