@@ -12,9 +12,9 @@ from ._kernels import policy
 
 __all__ = ["warmup", "start_numba"]
 
-#: Set to 1 to leave numba's start to the first kernel call (``import bbqlib`` is then
-#: about 0.3 s faster, and that call 0.3 s slower): for tools that import bbqlib without
-#: running a kernel.
+#: Set to 1 to leave numba's start to the first kernel call (``import bbqlib`` is then faster
+#: by what that call pays instead; ``benchmarks/bench_serving.py --sections startup`` times
+#: both): for tools that import bbqlib without running a kernel.
 LAZY_START_ENV = "BBQLIB_LAZY_START"
 
 
@@ -22,8 +22,8 @@ def start_numba() -> None:
     """Start numba's code-generation target now, as ``import bbqlib`` does.
 
     numba starts it at the first kernel call of a process, loading its implementation
-    registries (about 0.3 s, nearly all of it imports: numba's array library, and SciPy's
-    BLAS bindings, which numba checks for). Done at import, a server pays it before it
+    registries (nearly all of it imports: numba's array library, and SciPy's BLAS bindings,
+    which numba checks for). Done at import, a server pays it before it
     serves, and the first query of an opened index only loads its kernels. No numba setting
     is changed and no thread pool is started. Skipped when ``BBQLIB_LAZY_START=1``; a
     failure here is left for the first kernel call to report.
@@ -61,8 +61,8 @@ def _saved_index_kernels() -> None:
     user has run such queries before): one query of a 64-vector probe of each kind, saved
     and opened in a temporary folder. An opened index's arrays are read-only maps, whose
     kernels are compiled apart from an in-memory index's, so the probes go through a file.
-    On an empty cache nothing is compiled here (it would be tens of seconds, for kinds of
-    index the process may never open)."""
+    On an empty cache nothing is compiled here (compiling costs far more than loading, and
+    these are kinds of index the process may never open)."""
     import tempfile
     from pathlib import Path
 
@@ -104,8 +104,9 @@ def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
     does it) and then, where bbqlib's kernel cache already holds them, loads the
     single-query kernels of saved indexes with the default quantizer (BBQ, float32 vectors),
     through a small probe index of each kind saved in a temporary folder. Without it, the
-    first single query of an opened index loads its kernel (10-20 ms on this project's
-    machine); a server that calls ``bbqlib.warmup()`` at start-up, then opens its indexes,
+    first single query of an opened index loads its kernel
+    (``benchmarks/bench_serving.py --sections startup`` times it); a server that calls
+    ``bbqlib.warmup()`` at start-up, then opens its indexes,
     loads none at their first query from its second start on (``warmup(index)`` covers any
     other index, and batches).
 

@@ -17,7 +17,8 @@ of its path), so an editable checkout and an installed copy do not share entries
 is also keyed by a hash of its source file and by the stamps (modification time, size) of
 every module under ``bbqlib/_kernels``, subfolders included, so an edited kernel
 recompiles, and so does a kernel that inlines a helper from another module when that module
-changes (numba's own key, the kernel's file alone, kept machine code of the old helper).
+changes (numba's own key covers the kernel's file alone, and would keep the machine code of
+the old helper).
 numba's configuration and other packages' caches are untouched: only dispatchers built by
 :mod:`bbqlib._kernels.policy` and C callbacks built by :func:`cached_cfunc` get this
 cache. Where no directory is writable the kernels compile in every process (no disk cache),
@@ -26,8 +27,9 @@ as numba does for functions it cannot cache.
 Loading an entry is bbqlib's share of a fresh process's first query, so entries are stored
 for loading. numba stores each kernel's machine code with the whole optimized LLVM module
 beside it (for kernels compiled later that call this one and inline it) and parses that
-module at every load, to list the names it defines: for the fused single-query IVF kernel,
-0.5 MB of bitcode and ~600 names, 45-50 ms of its ~60 ms load. bbqlib's entries hold the
+module at every load, to list the names it defines: for a large kernel such as the fused
+single-query IVF one, most of the load (``benchmarks/bench_serving.py --sections startup``
+times the first query of a fresh process). bbqlib's entries hold the
 machine code, a module of only the names other code can look up (functions and globals that
 are not private, with empty bodies, never compiled), and the whole module as bytes, parsed
 only if numba links the kernel into a caller compiled in that process.
@@ -235,7 +237,7 @@ class _BbqlibSerialFunctionCache(FunctionCache):
 class _CacheOnFirstUse:
     """Stands in for a dispatcher's cache until numba first asks it anything (a compile or a
     load), then puts the real cache in its place. Building a cache finds and write-tests its
-    folder; doing that for every kernel at ``import bbqlib`` made the import 20-40 ms slower."""
+    folder, work that ``import bbqlib`` should not do for every kernel it defines."""
 
     def __init__(self, dispatcher, cache_class):
         self._dispatcher = dispatcher

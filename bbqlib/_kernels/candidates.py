@@ -165,7 +165,7 @@ def _sym_distance(xf, yf, dot, fo, is_l2):
 
 
 # The records are read through typed carrays of the same pointer (uint64 words, float32,
-# bytes): numba's array.view() costs tens of nanoseconds per call, more than the distance.
+# bytes): a numba array.view() per record would cost more than the distance itself.
 
 
 @kernel(inline="always")

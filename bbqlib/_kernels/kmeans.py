@@ -1,9 +1,10 @@
 """k-means kernels: nearest-centroid assignment, neighbourhood assignment, SOAR, centroid sums.
 
 All distances are squared L2 computed from differences (``sum((x - c)**2)``), not through the
-``||x||^2 - 2 x.c + ||c||^2`` expansion: on this machine the 4-candidate register-blocked loop
-below beats a float32 BLAS matmul per block for the centroid counts k-means uses (k <= ~130),
-and it does not lose digits to cancellation when ``x`` is far from the origin.
+``||x||^2 - 2 x.c + ||c||^2`` expansion: for the centroid counts k-means uses (k <= ~130) the
+4-candidate register-blocked loop below is faster than a float32 BLAS matmul per block
+(``benchmarks/results/clustering.md``), and it does not lose digits to cancellation when
+``x`` is far from the origin.
 
 Tie rule everywhere: candidates are scanned in their listed order and a strictly smaller
 computed distance wins, so among equal computed values the first listed candidate is kept
@@ -286,9 +287,10 @@ def soar_serial(X, C, rows, starts, groups, neigh, lam, out):
 def centroid_sums_kernel(X, assign, sums):
     """``sums[assign[i]] += X[i]`` in float64, accumulated in row order.
 
-    Serial on purpose: one pass over contiguous rows vectorizes and is memory-bound (about
-    20 ms for 60k x 384 here); splitting the dimensions across threads was measured 3-10x
-    slower, and splitting rows would make the float64 sums depend on the thread count.
+    Serial on purpose: one pass over contiguous rows vectorizes and is memory-bound;
+    splitting the dimensions across threads is slower (``benchmarks/bench_clustering.py``
+    times Lloyd's iterations), and splitting rows would make the float64 sums depend on the
+    thread count.
 
     X float32 [n, d], assign int32 [n] (values in [0, k)), sums float64 [k, d] (caller zeroes).
     """

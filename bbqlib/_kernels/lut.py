@@ -74,7 +74,7 @@ def avx2_available() -> bool:
 
 @functools.cache
 def _host_has_avx2() -> bool:
-    # Asked once per process: LLVM's feature query takes about 0.2 ms.
+    # Asked once per process: LLVM's feature query is not free, and the answer never changes.
     import numba
     from llvmlite import binding
 
@@ -204,7 +204,9 @@ def tables_from_codes(y, pairs, out):
             )
 
 
-#: Query-pairs (8 dimensions of a query) per thread: about 0.5 ms of work (1.5 ns each).
+#: Query-pairs (8 dimensions of a query) per thread: enough work to outweigh a parallel
+#: region's fork and join (``policy.threads_for``; docs/threads.md lists every such constant,
+#: ``benchmarks/bench_serving.py --sections contention`` measures searches under load).
 TABLE_PAIRS_PER_THREAD = 330_000
 
 

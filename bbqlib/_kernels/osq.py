@@ -358,8 +358,9 @@ def _quantize_one_thread(*args) -> None:
     _quantize_range(*args, 0, args[0].shape[0])
 
 
-#: Floats per thread: about 0.5 ms of work each (2.7 ns per float with 5 optimizer steps),
-#: so a query batch of a few hundred rows is quantized on the calling thread.
+#: Floats per thread: enough work to outweigh a parallel region's fork and join (with the
+#: optimizer's steps; docs/threads.md, ``benchmarks/bench_serving.py --sections
+#: contention``), so a query batch of a few hundred rows is quantized on the calling thread.
 QUANTIZE_PER_THREAD = 200_000
 
 

@@ -81,8 +81,9 @@ def _compile(func, options, vectorize: bool, *, serial_twin: bool = False):
 def _disable_loop_vectorizer(dispatcher) -> None:
     """Compile ``dispatcher`` with LLVM's loop vectorizer off (this kernel only).
 
-    Popcount loops over a few uint64 words (6 at d = 384) run about 1.4x faster as scalar
-    POPCNT than after LLVM rewrites ``ctpop`` into AVX2 byte shuffles with a horizontal sum.
+    Popcount loops over a few uint64 words (6 at d = 384) run faster as scalar POPCNT than
+    after LLVM rewrites ``ctpop`` into AVX2 byte shuffles with a horizontal sum
+    (``benchmarks/results/flat.md`` times the scans that run them).
     numba reads ``config.LOOP_VECTORIZE`` when it optimizes a module, under its global
     compiler lock, so switching it around this dispatcher's compilation touches nothing else.
     """
@@ -127,7 +128,7 @@ def parallel_kernel(
     (:func:`threads_for`); without ``work`` the kernel takes the threads its callers allow.
     ``serial(*args)``, optional, does a one-thread call with the same arguments, typically
     by calling the kernel's (non-inlined) body over the whole range: then no single-threaded
-    twin is compiled (the twin would re-optimize that body, a few tenths of a second).
+    twin is compiled (the twin would re-optimize that body: compile time for nothing).
     """
     options = {"cache": True, "nogil": True, "parallel": True, **overrides}
 
@@ -190,10 +191,10 @@ def threads_for(work_items: float, min_per_thread: float) -> int:
     """Threads worth using for ``work_items`` units of work: at least ``min_per_thread``
     units each, never more than :func:`num_threads`, never fewer than 1.
 
-    ``min_per_thread`` is measured per kernel family (``benchmarks/bench_serving.py``): the
-    work one thread does in roughly 100-200 µs, so that a parallel region's fork and join
-    (microseconds when idle, milliseconds when a helper thread waits for a busy core) stay
-    small beside it.
+    ``min_per_thread`` is set per kernel family (docs/threads.md lists them): enough work
+    for one thread that a parallel region's fork and join (short on an idle machine, long
+    when a helper thread waits for a busy core) stay small beside it;
+    ``benchmarks/bench_serving.py --sections contention`` measures searches under load.
     """
     n = num_threads()
     if n <= 1:
@@ -272,8 +273,8 @@ def _ensure_layer() -> None:
     _preload_tbb()
     parallel._launch_threads()
     _serialize = numba.threading_layer() == "workqueue"
-    # numba's per-thread mask through its C entry points (0.2 µs instead of 1.5 µs; the
-    # public functions add argument checks and a launch check we have done).
+    # numba's per-thread mask through its C entry points, which skip what the public
+    # functions add on every call: argument checks and a launch check we have done.
     get_raw = getattr(parallel, "_get_num_threads", None)
     set_raw = getattr(parallel, "_set_num_threads", None)
     if callable(get_raw) and callable(set_raw):
@@ -387,7 +388,7 @@ class ParallelKernel:
     Attributes not defined here come from the parallel dispatcher.
 
     Compilation is tiered (:data:`COMPILE_PARALLEL_AFTER`): the multi-threaded variant costs
-    about twice the single-threaded one to compile (numba re-optimizes the kernel body inside
+    more than the single-threaded one to compile (numba re-optimizes the kernel body inside
     the parallel wrapper), so on an empty cache the first calls run single-threaded and the
     variant is compiled once the kernel has proven hot; from the disk cache it is used at once.
     """

@@ -7,9 +7,9 @@ together. The NumPy twin is ``tests/reference/rerank.py``; the two agree bit for
 
 Candidate rows are random reads, so memory latency, not arithmetic, bounds the loop: a query's
 valid candidates are scored 8 at a time, which keeps 8 rows' loads (and 8 accumulator chains)
-in flight; the last group is padded with its last row. On a Xeon (AVX-512), d = 384,
-rows of a 93 MB memory map: ~100 ns per random row, ~33 ns per cached row; 4 rows at a time
-took 1.15x as long, one at a time 2.3x, 16 at a time or software prefetch gained nothing.
+in flight; the last group is padded with its last row. Fewer rows at a time leave the loop
+waiting on memory; more, or software prefetch, gain nothing once 8 loads overlap (the
+rerank columns of ``benchmarks/results/flat.md`` include this loop).
 """
 
 from __future__ import annotations
@@ -122,8 +122,9 @@ def _sqdists_one_thread(queries, vectors, cand, out) -> None:
     _sqdists_range(queries, vectors, cand, np.empty(cand.shape, np.int64), out, 0, cand.shape[0])
 
 
-#: Candidate components (candidates x dimension) per thread: about 0.5 ms of work each
-#: (0.1-0.3 ns per component, rows in cache or not).
+#: Candidate components (candidates x dimension) per thread: enough work to outweigh a
+#: parallel region's fork and join whether the rows are in cache or not (docs/threads.md,
+#: ``benchmarks/bench_serving.py --sections contention``).
 RERANK_PER_THREAD = 2_000_000
 
 

@@ -39,8 +39,8 @@ __all__ = ["block_dots", "fastscan_estimate", "fastscan_scan"]
 @kernel(inline="always")
 def block_dots(block, tables, start, dims, keep, msb_off, low_off, dots, tmp):
     """``dots[s, j] = <t_s, y_s>`` (int32 [S, 32]) of the 32 docs of ``block``, over the top
-    ``keep[s]`` planes; ``tmp``: int32 [32] scratch (each plane's dot, shifted into place:
-    faster than Horner's rule here)."""
+    ``keep[s]`` planes; ``tmp``: int32 [32] scratch (each plane's dot, shifted into place,
+    rather than Horner's rule, which chains every plane on the previous one)."""
     for s in range(start.shape[0]):
         out = dots[s]
         out[:] = 0

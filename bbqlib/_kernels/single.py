@@ -24,10 +24,11 @@ results are bit for bit the batch path's:
   row asc) as ``rerank_keys`` + ``finish`` give them (:func:`best_k` alone);
 * :func:`ivf_search_fused`: all of an IVF query's steps in one call. Two Python threads
   issuing single queries scale only when a query releases the GIL once: each short
-  ``nogil`` call is a GIL hand-off, and a thread leaving a 10 µs kernel waits for the
+  ``nogil`` call is a GIL hand-off, and a thread leaving a short kernel waits for the
   other thread's Python to reach its next release. (A flat query is one long scan, so its
-  three calls stay apart: fused, its first call compiled 7.5 s instead of 3.2 s on an
-  empty kernel cache, and loaded no faster.)
+  three calls stay apart: fusing them would lengthen the first compile on an empty kernel
+  cache and load no faster; ``benchmarks/bench_serving.py --sections startup`` reports
+  compile times.)
 
 ``tests/reference/single.py`` is the NumPy reference.
 """
@@ -394,7 +395,7 @@ def ivf_search_fused(
     [1, k], as ``rerank_finish`` makes them: the exact values with ``rerank``, else the
     estimates (``-key`` for distances), ``pad`` / ``-1`` where none. Only scalars are
     returned, ``(status, lists visited, entries scored)``: each array handed back to Python
-    costs about 0.5 µs with the GIL held. ``status`` 0: done; 1: the query breaks a rule
+    is an allocation with the GIL held. ``status`` 0: done; 1: the query breaks a rule
     (not finite, beyond ``max_sq``, zero under ``cosine``, not unit under ``unit_only``; the
     caller's general path raises); 2: a planned list is not in ``lists_ok`` and fails its
     CRC32 in ``list_crcs`` (checked here over what the scan reads of it: ``lut_bytes``, rows

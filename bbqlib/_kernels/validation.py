@@ -17,10 +17,12 @@ from .policy import parallel_kernel, prange
 __all__ = ["row_sq_norms", "normalize_rows"]
 
 
-#: Floats per thread: about 0.5 ms of work each (0.12 ns per float here), so query batches
-#: and small adds run on the calling thread (``bbqlib._kernels.policy.threads_for``).
+#: Floats per thread: enough work to outweigh a parallel region's fork and join, so query
+#: batches and small adds run on the calling thread (``bbqlib._kernels.policy.threads_for``;
+#: docs/threads.md, ``benchmarks/bench_serving.py --sections contention``).
 NORMS_PER_THREAD = 4_000_000
-#: Floats per thread for :func:`normalize_rows` (0.35 ns per float).
+#: Floats per thread for :func:`normalize_rows` (fewer than for norms: each float is also
+#: divided and written).
 NORMALIZE_PER_THREAD = 1_500_000
 
 

@@ -1,7 +1,7 @@
 """Install bbqlib into an ann-benchmarks checkout, as one of its algorithms.
 
 ``python -m bbqlib ann-benchmarks-plugin HARNESS_DIR`` writes, in the harness's current layout
-(one folder per algorithm, since the harness dropped ``algos.yaml`` in 2023)::
+(one folder per algorithm, each with its own ``config.yml``)::
 
     HARNESS_DIR/ann_benchmarks/algorithms/bbqlib/module.py   the wrappers, as BaseANN subclasses
     HARNESS_DIR/ann_benchmarks/algorithms/bbqlib/config.yml  every definition, angular + euclidean
@@ -103,8 +103,8 @@ def flat_definition(name: str, constructor: str, bits, base_args=()) -> PluginDe
 #: Every algorithm the plugin installs (for each metric of :data:`HARNESS_METRICS`).
 DEFINITIONS: tuple[PluginDefinition, ...] = (
     flat_definition("bbqlib-flat", "BBQFlat", bits=(1, 2, 4)),
-    # RaBitQ above 1 bit queries with floats (query_bits="auto"): 4-bit flat scans took
-    # ~340 ms a query on debian-minilm-384 (60,710 x 384), too slow for a sweep.
+    # RaBitQ above 1 bit queries with floats (query_bits="auto"): a flat scan with float
+    # queries of multi-bit codes is too slow for a sweep.
     flat_definition("bbqlib-rabitq-flat", "QuantizedFlat", bits=(1,), base_args=["rabitq"]),
     # SAQ at an average of 1 and 2 bits a dimension (its plan spends them where the variance is).
     flat_definition("bbqlib-saq-flat", "QuantizedFlat", bits=(1, 2), base_args=["saq"]),

@@ -100,7 +100,8 @@ def _nearest_dense(W: np.ndarray, C: np.ndarray) -> np.ndarray:
     (float32 matrix products, blocks of rows).
 
     The first two levels of the tree compare every row with hundreds of centroids: as
-    matrix products they run several times faster than the numba loops of the walk. A near
+    matrix products they run faster than the numba loops of the walk (at the ~130
+    centroids of a k-means the loops win: ``benchmarks/results/clustering.md``). A near
     tie may resolve differently than in those loops; the walk that follows settles it.
     """
     out = np.empty(W.shape[0], dtype=np.int32)

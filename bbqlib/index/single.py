@@ -38,9 +38,10 @@ __all__ = [
 _EMPTY_MASK = np.empty(0, np.uint8)
 
 #: Tiered compilation of the single-query paths (docs/startup.md). A path's fused kernels
-#: cost 4-7 s to compile where the batch path's cost about 2 s (on this project's machine),
-#: so while neither this process nor the disk cache has them, one-query searches take the
-#: batch path, until that has cost this many seconds; then the next one compiles them.
+#: cost more to compile than the batch path's (``benchmarks/bench_serving.py --sections
+#: startup`` reports both), so while neither this process nor the disk cache has them,
+#: one-query searches take the batch path, until that has cost this many seconds; then the
+#: next one compiles them.
 #: ``bbqlib.warmup(index)`` compiles them at once; tests set 0 (``tests/conftest.py``).
 COMPILE_SINGLE_AFTER = 2.0
 
@@ -115,7 +116,7 @@ def lut_osq(q) -> bool:
     """Whether quantizer ``q`` codes queries as :class:`BBQQuantizer` does (bbqlib's OSQ
     arithmetic) at a width the lookup-table scan serves."""
     # ``arithmetic`` read here, not through ``lucene_osq.is_lucene``: importing that module
-    # costs ~10 ms of a fresh process's first query.
+    # would add its import to a fresh process's first query.
     if not isinstance(q, BBQQuantizer) or getattr(q, "arithmetic", "float64") != "float64":
         return False
     cls = type(q)

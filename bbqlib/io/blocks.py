@@ -8,10 +8,11 @@ them not checked before and raises :class:`~bbqlib.CorruptFileError` naming the 
 rows on a mismatch.
 
 Files written now use blocks of one row (:data:`BLOCK_ROWS`): a check then reads exactly the
-rows the search reads anyway. Blocks of 256 rows (IVF formats 5-7, flat files before this)
-made a cold search that reranks 50 rows read up to 50 blocks of 384 KiB (d = 384) to check
-them, ~20 MB instead of ~75 KB, until the whole file had been read once. Files record their
-own block size, so those files read as before.
+rows the search reads anyway, where a block of many rows makes a cold search that reranks a
+few rows read whole blocks around each of them until the whole file has been read once
+(``benchmarks/results/ivf_memory.md``, per-row checks). IVF formats 5-7 and flat files
+written before per-row blocks use blocks of 256 rows; files record their own block size, so
+they read as written.
 """
 
 from __future__ import annotations

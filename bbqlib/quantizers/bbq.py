@@ -20,7 +20,8 @@ __all__ = ["BBQQuantizer", "ENCODE_CHUNK_BYTES"]
 def _lucene_mode(q):
     """:mod:`.lucene_osq` when ``q.arithmetic == "lucene"``, else None (ValueError if unknown).
 
-    Imported on first use: Lucene's float32 kernels cost about 0.1 s of ``import bbqlib``.
+    Imported on first use, so that ``import bbqlib`` does not pay for Lucene's float32
+    kernels (``benchmarks/bench_serving.py --sections startup`` times the import).
     """
     if getattr(q, "arithmetic", "float64") == "float64":
         return None

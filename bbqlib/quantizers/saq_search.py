@@ -38,8 +38,7 @@ PREFILTER_Z = 4.0
 #: Planes per segment the two-pass search's first pass reads (None: all). Reading only the
 #: top plane (the authors' "1-bit stage") or two, with the dropped bits bounded, left
 #: 1,862-12,129 and 633-1,021 docs per query for the float pass on the shared data at 1-4
-#: bits, against 32-50 with every plane, and ran 2.5-5.4x and up to 2.8x slower
-#: (benchmarks/results/saq.md):
+#: bits, against 32-50 with every plane, and ran slower (benchmarks/results/saq.md):
 #: the 4-bit lookup tables make every plane cheap, the float pass is the expensive one.
 PASS1_PLANES = None
 #: Queries per kernel call (bounds tables and heaps).

@@ -17,8 +17,10 @@ __all__ = ["estimate_raw", "topk_keys", "query_tables", "QUERY_BATCH", "UNPACK_C
 QUERY_BATCH = 256
 #: Docs unpacked at a time when a float query meets plane-packed docs.
 UNPACK_CHUNK = 65536
-#: (query, doc) pairs per thread in a scan or estimate: about 1 ms of work each, so single
-#: queries and small batches run on the calling thread (``policy.threads_for``).
+#: (query, doc) pairs per thread in a scan or estimate: enough work to outweigh a parallel
+#: region's fork and join, so single queries and small batches run on the calling thread
+#: (``policy.threads_for``; docs/threads.md, ``benchmarks/bench_serving.py --sections
+#: contention``).
 PAIRS_PER_THREAD = 250_000
 
 

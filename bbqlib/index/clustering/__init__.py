@@ -16,8 +16,8 @@ Follows Elasticsearch's ``HierarchicalKMeans`` / ``KMeansLocal`` (spec
 
 The numeric work runs in numba kernels (:mod:`bbqlib._kernels.kmeans`); this package
 validates, samples, groups and drives. Neither scikit-learn nor scipy is imported: the
-kernels were measured faster than ``sklearn.metrics.pairwise_distances_argmin`` and a float32
-BLAS matmul per block (``benchmarks/results/clustering.md``).
+kernels are faster than ``sklearn.metrics.pairwise_distances_argmin`` and a float32 BLAS
+matmul per block (``benchmarks/results/clustering.md``).
 
 Determinism: for a given ``seed`` the results are identical run to run and for any numba
 thread count (threads split whole clusters or whole dimensions, never a sum).

@@ -23,8 +23,8 @@ NEIGHBOURHOOD_SIZE = 128
 #: Most steps of the greedy walk of :func:`walk_to_nearest`.
 MAX_WALK_STEPS = 8
 
-# Below this many distance terms (rows x candidates x d) a call runs single-threaded: about
-# 1 ms of work, against a thread-pool wake-up that on a busy 2-core machine can cost a
+# Below this many distance terms (rows x candidates x d) a call runs single-threaded: too
+# little work to outweigh a thread-pool wake-up, which on a busy machine can cost a
 # scheduler time slice. The choice depends on the size only, so results never depend on it.
 _PARALLEL_MIN_WORK = 1 << 23
 # Elements of one float64 centroid-distance block in centroid_neighbourhoods (32 MiB).

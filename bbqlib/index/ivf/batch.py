@@ -30,8 +30,10 @@ from .scan import rerank_segments, scan_lists
 
 __all__ = ["ENTRIES_PER_THREAD", "search_batch", "allowed_rows", "finish_rows"]
 
-#: Entries to visit per thread in a search (about 1 ms of work: ~25 ns per entry with the
-#: ranking and rerank around it); fewer run every kernel of the search on one thread.
+#: Entries to visit per thread in a search (with the ranking and rerank around them: enough
+#: work to outweigh a parallel region's fork and join; docs/threads.md,
+#: ``benchmarks/bench_serving.py --sections contention``); fewer run every kernel of the
+#: search on one thread.
 ENTRIES_PER_THREAD = 40_000
 
 

@@ -31,12 +31,12 @@ from . import files as F
 from . import plan as P
 from . import storage as ST
 from . import writes as W
-from .batch import ENTRIES_PER_THREAD as ENTRIES_PER_THREAD  # moved; still importable here
+from .batch import ENTRIES_PER_THREAD as ENTRIES_PER_THREAD  # re-exported: public here too
 from .guarded import GuardedWrites
 from .options import UNSET as _UNSET
 from .options import resolve_quantizer
 from .single import search_one as _one
-from .writes import AUTO_PROGRESS_ROWS as AUTO_PROGRESS_ROWS  # moved; still importable here
+from .writes import AUTO_PROGRESS_ROWS as AUTO_PROGRESS_ROWS  # re-exported: public here too
 from .writes import MAX_VECTORS
 
 __all__ = ["IVFIndex", "CLUSTER_SIZE_RANGE", "MAX_VECTORS"]

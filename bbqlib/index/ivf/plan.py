@@ -44,9 +44,9 @@ PARENT_THRESHOLD = 256
 CENTROIDS_PER_PARENT = 16
 #: Parents are walked only with at least this many lists per parent on average. The walk
 #: scores every parent and then the children of the parents it expands: it pays only when
-#: it skips more lists than there are parents. Measured at 1M x 384 (3,881 lists under 785
-#: parents, 4.9 each): it expanded 78% of the parents and scored 92% of the lists, 136 us a
-#: query against 72 us for ranking every list.
+#: it skips more lists than there are parents. At 1M x 384 (3,881 lists under 785 parents,
+#: 4.9 each) it expanded 78% of the parents and scored 92% of the lists, so it cost more
+#: than ranking every list.
 WALK_MIN_CHILDREN = 8
 
 
