@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .policy import kernel
-from .prefetch import SLOW_CYCLES, cycles, willneed
+from .prefetch import HAS_CYCLES, SLOW_CYCLES, cycles, willneed
 
 __all__ = ["TABLES", "crc32_update", "row_crcs", "check_rows", "check_lists"]
 
@@ -91,7 +91,7 @@ def check_rows(data, rows, crcs, checked, block_rows, cold):
     width = data.shape[1]
     base = data.ctypes.data
     announced = False
-    if cold[0]:
+    if cold[0] or not HAS_CYCLES:  # without a cycle counter: always announce
         _announce_rows(base, width, n, rows, 0, checked, block_rows)
         announced = True
     slow = False

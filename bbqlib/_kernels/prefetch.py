@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import mmap
+import platform
 import sys
 
 import llvmlite.binding as ll
@@ -33,7 +34,7 @@ from numba.extending import intrinsic
 
 from .policy import kernel
 
-__all__ = ["HAS_MADVISE", "PAGE", "SLOW_CYCLES", "cycles", "willneed"]
+__all__ = ["HAS_CYCLES", "HAS_MADVISE", "PAGE", "SLOW_CYCLES", "cycles", "willneed"]
 
 #: The page size ``madvise`` aligns to.
 PAGE = mmap.PAGESIZE
@@ -62,10 +63,15 @@ HAS_MADVISE = _register_madvise()
 SLOW_CYCLES = 60_000
 
 
+#: Whether :func:`cycles` reads a cycle counter here: ``rdtsc`` on x86. Elsewhere LLVM's
+#: counter may be a register user code cannot read (AArch64's ``PMCCNTR_EL0``), so it is
+#: never emitted, and the row checks always announce their reads.
+HAS_CYCLES = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
+
+
 @intrinsic
-def cycles(typingctx):
-    """The CPU's cycle counter (``llvm.readcyclecounter``: ``rdtsc`` on x86; 0 where the CPU
-    has none), to tell a read from memory from a read from the disk."""
+def _readcyclecounter(typingctx):
+    """``llvm.readcyclecounter`` (``rdtsc`` on x86)."""
     sig = types.int64()
 
     def codegen(context, builder, signature, args):
@@ -74,6 +80,21 @@ def cycles(typingctx):
         return builder.call(fn, [])
 
     return sig, codegen
+
+
+if HAS_CYCLES:
+
+    @kernel(inline="always")
+    def cycles():
+        """The CPU's cycle counter, to tell a read from memory from a read from the disk."""
+        return _readcyclecounter()
+
+else:  # pragma: no cover - not x86
+
+    @kernel(inline="always")
+    def cycles():
+        """No readable cycle counter here: 0 (callers check :data:`HAS_CYCLES`)."""
+        return np.int64(0)
 
 
 @intrinsic
