@@ -14,7 +14,13 @@ from paths import PACKAGE, ROOT
 
 #: Floors, lowest first: a module may import its own floor and the ones below it.
 FLOORS = [
-    ("registry", ("bbqlib._version", "bbqlib._params", "bbqlib.encoding", "bbqlib.similarity")),
+    (
+        "registry",
+        (
+            "bbqlib._version", "bbqlib._params", "bbqlib._deprecated", "bbqlib.encoding",
+            "bbqlib.similarity",
+        ),
+    ),
     ("kernels", ("bbqlib._kernels",)),
     ("basics", ("bbqlib.packing", "bbqlib._validation", "bbqlib.transforms", "bbqlib.io")),
     ("scoring", ("bbqlib.scoring",)),
