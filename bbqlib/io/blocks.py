@@ -18,12 +18,12 @@ they read as written.
 from __future__ import annotations
 
 import mmap
-import zlib
 from pathlib import Path
 
 import numpy as np
 
 from .._kernels import crc32 as KC
+from .container import crc32_of
 from .errors import CorruptFileError
 
 __all__ = [
@@ -35,10 +35,6 @@ __all__ = [
 #: price is 4 bytes per row for the table of CRCs (0.26% of a float32 row at d = 384), which
 #: files keep in binary sections, not in JSON.
 BLOCK_ROWS = 1
-
-
-def _crc(arr: np.ndarray, crc: int = 0) -> int:
-    return zlib.crc32(np.ascontiguousarray(arr).reshape(-1).view(np.uint8), crc)
 
 
 def file_map(arr) -> mmap.mmap | None:
@@ -105,7 +101,7 @@ class BlockCRCWriter:
         n = batch.shape[0]
         while start < n:
             take = min(self.block_rows - self._fill, n - start)
-            self._crc = _crc(batch[start : start + take], self._crc)
+            self._crc = crc32_of(batch[start : start + take], self._crc)
             self._fill += take
             start += take
             if self._fill == self.block_rows:

@@ -82,10 +82,10 @@ def check_format_version(path, what: str, version, newest: int) -> int:
     return v
 
 
-def crc32_of(arr: np.ndarray) -> int:
-    """CRC32 of an array's bytes, streamed in chunks (works on memory maps)."""
+def crc32_of(arr: np.ndarray, crc: int = 0) -> int:
+    """CRC32 of an array's bytes, streamed in chunks (works on memory maps); ``crc``: the
+    CRC32 of bytes before them (``zlib.crc32``'s chaining)."""
     flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-    crc = 0
     for start in range(0, flat.size, _CRC_CHUNK):
         crc = zlib.crc32(flat[start : start + _CRC_CHUNK], crc)
     return crc

@@ -6,22 +6,12 @@ that order: what a search reads of the list, checked the first time it reads it.
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 
+from ...io.container import crc32_of
 from ...packing import lut_block_starts
 
 __all__ = ["list_crc", "list_crcs", "bad_lists"]
-
-_CRC_CHUNK = 1 << 24
-
-
-def _crc(arr: np.ndarray, crc: int = 0) -> int:
-    flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-    for start in range(0, flat.size, _CRC_CHUNK):
-        crc = zlib.crc32(flat[start : start + _CRC_CHUNK], crc)
-    return crc
 
 
 def list_crc(
@@ -36,11 +26,11 @@ def list_crc(
     if blocks:
         if block_starts is None:
             block_starts = lut_block_starts(list_start)
-        crc = _crc(postings["lut_codes"][int(block_starts[j]) : int(block_starts[j + 1])])
+        crc = crc32_of(postings["lut_codes"][int(block_starts[j]) : int(block_starts[j + 1])])
     else:
-        crc = _crc(postings["codes"][start:stop])
-    crc = _crc(postings["factors"][start:stop], crc)
-    return _crc(postings["ids"][start:stop], crc)
+        crc = crc32_of(postings["codes"][start:stop])
+    crc = crc32_of(postings["factors"][start:stop], crc)
+    return crc32_of(postings["ids"][start:stop], crc)
 
 
 def list_crcs(postings: dict, list_start: np.ndarray, *, blocks: bool = False) -> np.ndarray:

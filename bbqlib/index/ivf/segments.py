@@ -15,7 +15,6 @@ from __future__ import annotations
 import mmap
 import os
 import secrets
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,19 +22,11 @@ import numpy as np
 
 from ...io.atomic import atomic_path
 from ...io.blocks import BLOCK_ROWS, BlockChecksums, BlockCRCWriter, advise_random
+from ...io.container import crc32_of
 from ...io.errors import CorruptFileError
 from ...scoring.stored import stored_kind_of, to_stored, vector_dtype
 
 __all__ = ["Segment", "write_segment", "segment_header", "map_segment", "with_block_checksums"]
-
-_CRC_CHUNK = 1 << 24
-
-
-def _crc(arr: np.ndarray, crc: int = 0) -> int:
-    flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-    for start in range(0, flat.size, _CRC_CHUNK):
-        crc = zlib.crc32(flat[start : start + _CRC_CHUNK], crc)
-    return crc
 
 
 @dataclass
@@ -93,7 +84,7 @@ def write_segment(
             if block.dtype != want:
                 block = to_stored(np.asarray(block, dtype=np.float32), kind)
             block = np.ascontiguousarray(block)
-            crc = _crc(block, crc)
+            crc = crc32_of(block, crc)
             blocks.update(block)
             f.write(block.tobytes())
             rows += block.shape[0]
@@ -125,7 +116,7 @@ def with_block_checksums(seg: Segment) -> Segment:
     blocks = BlockCRCWriter(BLOCK_ROWS)
     for start in range(0, len(seg), 65536):
         block = np.ascontiguousarray(seg.array[start : start + 65536])
-        crc = _crc(block, crc)
+        crc = crc32_of(block, crc)
         blocks.update(block)
     if seg.crc32 is not None and crc != int(seg.crc32):
         raise CorruptFileError(
