@@ -32,8 +32,8 @@ FIXTURES = TESTS / "fixtures"
 
 
 def _find_shared() -> Path:
-    # A worktree may sit deeper than the main checkout (a worktree folder two levels down), so take the
-    # nearest ancestor that has a ``shared`` folder; else the one beside the checkout.
+    # A worktree may sit deeper than the main checkout, so take the nearest ancestor that
+    # has a ``shared`` folder; else the one beside the checkout.
     for parent in ROOT.parents:
         if (parent / "shared").is_dir():
             return parent / "shared"
