@@ -66,6 +66,7 @@ def _saved_index_kernels() -> None:
     import tempfile
     from pathlib import Path
 
+    from ._kernels import fused as KF
     from ._kernels import single as KO
     from ._kernels.cache import has_entries
     from ._load import load
@@ -73,7 +74,7 @@ def _saved_index_kernels() -> None:
     from .index.ivf import IVFIndex
 
     flat = has_entries(KO.flat_lut_one)
-    ivf = has_entries(KO.ivf_search_fused)
+    ivf = has_entries(KF.ivf_lut_fused)
     if not (flat or ivf):
         return
     X = np.random.default_rng(0).normal(size=(64, 16)).astype(np.float32)
@@ -147,12 +148,9 @@ def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
     if len(index) == 0:
         raise ValueError("index is empty: add vectors before warmup (kernels depend on them)")
     rerank = bool(getattr(index, "store_vectors", True))  # indexes without vectors search raw
-    from .index.flat import FlatIndex
-    from .index.ivf.single import IVF_TIER
-    from .index.single import FLAT_TIER
-
-    # The probe query compiles this kind of index's single-query kernels (no tiering).
-    (FLAT_TIER if isinstance(index, FlatIndex) else IVF_TIER).open()
+    # The probe query compiles this index's single-query kernels (no tiering).
+    for tier in getattr(index, "single_query_tiers", tuple)():
+        tier.open()
     probe = _probe_query(index)
     with policy.recording() as kernels:
         # pad_to_k: an index smaller than k compiles the same kernels, without a warning

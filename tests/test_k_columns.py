@@ -215,7 +215,15 @@ def test_one_query_path_serves_padding_and_agrees_with_the_batch_path(kind, simi
     the batch path's results bit for bit; the default is left to the batch path (it warns)."""
     X, Q = _data(seed=3)
     index = _index(kind, similarity, X)
-    one = single_flat.flat_search_one if kind == "flat" else single_ivf.ivf_search_one
+    if kind == "flat":
+
+        def one(index, *a):
+            return single_flat.flat_search_one(index, single_flat._flat_one_of(index), *a)
+    else:
+
+        def one(index, *a):
+            return single_ivf.ivf_search_one(index, single_ivf._state(index), *a)
+
     extra = () if kind == "flat" else (None,)  # visit_percentage
     for rerank in (True, False):
         for scores in ("raw", "similarity"):

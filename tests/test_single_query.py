@@ -23,6 +23,7 @@ from reference.single import (
 )
 
 import bbqlib
+from bbqlib._kernels import fused as KF
 from bbqlib._kernels import single as KO
 from bbqlib._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE, row_sq_norms
 from bbqlib.encoding import padded_dim
@@ -30,7 +31,7 @@ from bbqlib.index.clustering.parents import ParentLevel
 from bbqlib.index.ivf import plan as P
 from bbqlib.index.ivf import single as single_ivf
 from bbqlib.index.ivf import storage as ST
-from bbqlib.index.single import lut_osq, rerank_finish
+from bbqlib.index.single import rerank_finish
 from bbqlib.io.blocks import row_bytes, row_crcs
 from bbqlib.packing import unpack_planes
 from bbqlib.similarity import Similarity
@@ -98,7 +99,7 @@ def test_flat_lut_one_matches_reference(bits, similarity, make_vectors, rng):
     index = bbqlib.FlatIndex(bits=bits, similarity=similarity)
     index.add(X)
     q, d, blocks, cols = _flat_inputs(index)
-    assert lut_osq(q)
+    assert q.scanner().flat_one(index._parts()[0]).kernel is KO.flat_lut_one
     doc_codes = d.unpacked(0, len(d))
     is_l2 = similarity == "euclidean"
     for i, k in [(0, 10), (1, 150), (2, 200)]:
@@ -129,7 +130,8 @@ def test_ivf_kernels_match_reference(similarity, make_vectors):
     index, _, Q = _ivf(similarity, make_vectors, seed=3)
     q = index.quantizer
     table = index._table
-    assert not table.has_parents and lut_osq(q)
+    assert not table.has_parents
+    assert single_ivf._state(index)["kernel"] is KF.ivf_lut_fused
     is_l2 = similarity == "euclidean"
     by_distance = similarity != "max_inner_product"
     sizes = index._postings.sizes
@@ -349,14 +351,14 @@ def test_ivf_with_parent_centroids(similarity, make_vectors, monkeypatch):
     assert index._table.has_parents
     Q = np.concatenate([X[:12] + 0.01, make_vectors(6, 8, seed=14)])
     calls = []
-    fused = KO.ivf_search_fused
+    fused = KF.ivf_lut_fused
 
     def spy(*args):
         out = fused(*args)
         calls.append(out[0])
         return out
 
-    monkeypatch.setattr(KO, "ivf_search_fused", spy)
+    monkeypatch.setattr(KF, "ivf_lut_fused", spy)
     for kwargs in [{}, {"visit_percentage": 0.1}, {"visit_percentage": 2, "rerank": False}]:
         batch = index.search(Q, 10, **kwargs)
         for i in range(len(Q)):
@@ -377,27 +379,30 @@ def _fused_args(
     block_rows=2**62,
     row_crcs=None,
     list_crcs=None,
+    rerank=True,
 ):
+    """``(qp, args)`` of one call of the index's fused kernel, ``args`` ending with the
+    outputs ``(raw, rows, out_lists, out_cands)``."""
     q = index.quantizer
     sim = q.similarity_
     state = single_ivf._state(index)
     cosine = sim is Similarity.COSINE
     qp = np.empty_like(x) if cosine else x.copy()
-    lists_ok = single_ivf._lists_ok(index._postings) if lists_ok is None else lists_ok
+    checks = list(state["checks"])
+    if lists_ok is not None:
+        checks[0] = lists_ok
+    if list_crcs is not None:
+        checks[1] = list_crcs
     rows_ok = np.ones(1, dtype=bool) if rows_ok is None else rows_ok
     row_crcs = np.zeros(1, np.uint32) if row_crcs is None else row_crcs
-    list_check = single_ivf._state(index)["list_check"]
-    if list_crcs is not None:
-        list_check = (list_crcs, *list_check[1:])
-    return qp, (
-        x, cosine, sim is Similarity.DOT_PRODUCT, MAX_SQ_NORM, UNIT_NORM_TOLERANCE, qp,
-        *state["plan"], float(need), *state["parents"], 2**62, state["C"],
-        q.encoding_.query_bits, q.lam, state["is_l2"], state["width"], *state["docs"],
-        2 * depth, depth, lists_ok, *list_check, state["vectors"], True, 10, -np.inf, rows_ok,
-        np.int64(block_rows), row_bytes(state["vectors"]), row_crcs, np.ones(1, np.bool_),
-        np.full((1, 10), np.nan), np.full((1, 10), -7, np.int64),
-        np.full(index.n_lists, -5, np.int32), np.full(depth, -5, np.int64),
-    )  # fmt: skip
+    front = (cosine, sim is Similarity.DOT_PRODUCT, MAX_SQ_NORM, UNIT_NORM_TOLERANCE,
+             *state["plan"], float(need), *state["parents"], 2**62, *checks)  # fmt: skip
+    middle = (*state["middle"], np.empty(0, np.uint8), 2 * depth, depth)
+    back = (state["vectors"], rerank, 10, -np.inf, state["is_l2"], rows_ok, np.int64(block_rows),
+            row_bytes(state["vectors"]), row_crcs, np.ones(1, np.bool_))  # fmt: skip
+    outs = (np.full((1, 10), np.nan), np.full((1, 10), -7, np.int64),
+            np.full(index.n_lists, -5, np.int32), np.full(depth, -5, np.int64))  # fmt: skip
+    return qp, (x, qp, np.empty(0, np.float32), front, middle, back, outs)
 
 
 @pytest.mark.parametrize("similarity", ["euclidean", "cosine", "max_inner_product"])
@@ -406,20 +411,27 @@ def test_ivf_fused_equals_its_steps(similarity, make_vectors):
     at the step whose input has an unchecked CRC32 (status 2: lists, 3: rows)."""
     index, _, Q = _ivf(similarity, make_vectors, seed=4)
     state = single_ivf._state(index)
+    fused = state["kernel"]
+    assert fused is KF.ivf_lut_fused
     is_l2 = similarity == "euclidean"
+    q = index.quantizer
+    post = index._postings
+    blocks, block_starts = post.lut_layout()
+    dim = q.dim_
+    docs = (post.start, block_starts, blocks, post.factors, post.ids, index._list_cc,
+            q.encoding_.doc_planes, padded_dim(dim) // 8, dim, np.empty(0, np.uint8))  # fmt: skip
     for i, need in [(0, 100.0), (1, 400.0), (2, 1e9)]:
         x = np.ascontiguousarray(Q[i], dtype=np.float32)
         qp, args = _fused_args(index, x, need, 15)
-        raw, out_rows = args[-4:-2]
-        status, n_lists, entries = KO.ivf_search_fused(*args)
+        raw, out_rows = args[-1][:2]
+        status, n_lists, entries = fused(*args)
         assert status == 0
         Qp = qp.reshape(1, -1)
         ref_lists = KO.ivf_plan_one(Qp, *state["plan"], need)
         assert n_lists == ref_lists.size
-        q = index.quantizer
         ref_keys, ref_rows, ref_entries = KO.ivf_lut_one(
-            Qp, state["C"], ref_lists, q.encoding_.query_bits, q.lam, is_l2, state["width"],
-            *state["docs"], 30, 15,
+            Qp, state["C"], ref_lists, q.encoding_.query_bits, q.lam, is_l2, padded_dim(dim),
+            *docs, 30, 15,
         )  # fmt: skip
         assert entries == ref_entries
         rerank = KO.rerank_sqdists if is_l2 else KO.rerank_dots
@@ -427,14 +439,14 @@ def test_ivf_fused_equals_its_steps(similarity, make_vectors):
         np.testing.assert_array_equal(raw, ref_raw)
         np.testing.assert_array_equal(out_rows, ref_out)
         # without rerank: the estimates as ``rerank_finish`` makes them
-        args = (*args[:-12], False, *args[-11:-4], np.full((1, 10), np.nan),
-                np.full((1, 10), -7, np.int64), *args[-2:])  # fmt: skip
-        assert KO.ivf_search_fused(*args)[0] == 0
+        _, args = _fused_args(index, x, need, 15, rerank=False)
+        assert fused(*args)[0] == 0
         sim = q.similarity_
         ref = rerank_finish(Qp, None, ref_keys, ref_rows, 10, sim, False, "raw")
-        np.testing.assert_array_equal(args[-4].astype(np.float32), ref[0])
-        np.testing.assert_array_equal(args[-3], ref[1])
-        assert (args[-2] == -5).all() and (args[-1] == -5).all()  # nothing to check: untouched
+        outs = args[-1]
+        np.testing.assert_array_equal(outs[0].astype(np.float32), ref[0])
+        np.testing.assert_array_equal(outs[1], ref[1])
+        assert (outs[2] == -5).all() and (outs[3] == -5).all()  # nothing to check: untouched
         # an unchecked list among the planned ones, checked in the call (its CRC32 holds:
         # marked, scanned); one whose CRC32 fails, or with no CRC32s to check in the call:
         # nothing scanned, the lists handed back
@@ -443,43 +455,45 @@ def test_ivf_fused_equals_its_steps(similarity, make_vectors):
         unchecked = np.ones(index.n_lists, dtype=bool)
         unchecked[ref_lists[-1]] = False
         _, args = _fused_args(index, x, need, 15, lists_ok=unchecked, list_crcs=crcs)
-        assert KO.ivf_search_fused(*args) == (0, ref_lists.size, ref_entries)
+        assert fused(*args) == (0, ref_lists.size, ref_entries)
         assert unchecked.all()
         unchecked[ref_lists[-1]] = False
         crcs[ref_lists[-1]] ^= 1
         _, args = _fused_args(index, x, need, 15, lists_ok=unchecked, list_crcs=crcs)
-        assert KO.ivf_search_fused(*args) == (2, ref_lists.size, 0)
+        assert fused(*args) == (2, ref_lists.size, 0)
         assert not unchecked[ref_lists[-1]]
         _, args = _fused_args(index, x, need, 15, lists_ok=unchecked)
-        assert KO.ivf_search_fused(*args) == (2, ref_lists.size, 0)
-        assert np.isnan(args[-4]).all() and (args[-3] == -7).all()
-        np.testing.assert_array_equal(args[-2][: ref_lists.size], ref_lists)
-        no_room = (*args[:-2], np.empty(0, np.int32), np.empty(0, np.int64))
-        assert KO.ivf_search_fused(*no_room) == (2, ref_lists.size, 0)
+        assert fused(*args) == (2, ref_lists.size, 0)
+        outs = args[-1]
+        assert np.isnan(outs[0]).all() and (outs[1] == -7).all()
+        np.testing.assert_array_equal(outs[2][: ref_lists.size], ref_lists)
+        no_room = (*args[:-1], (*outs[:2], np.empty(0, np.int32), np.empty(0, np.int64)))
+        assert fused(*no_room) == (2, ref_lists.size, 0)
         # an unchecked row among the candidates: checked in the call (its CRC32 holds: marked,
         # reranked); one whose CRC32 fails: not reranked, the rows handed back
         crcs = row_crcs(state["vectors"])
         last = ref_rows[ref_rows >= 0][-1]
-        blocks = np.ones(index.ntotal, dtype=bool)
-        blocks[last] = False
-        _, args = _fused_args(index, x, need, 15, rows_ok=blocks, block_rows=1, row_crcs=crcs)
-        assert KO.ivf_search_fused(*args) == (0, ref_lists.size, ref_entries)
-        assert blocks.all()
-        np.testing.assert_array_equal(args[-4], ref_raw)
-        blocks[last] = False
+        blocks_ok = np.ones(index.ntotal, dtype=bool)
+        blocks_ok[last] = False
+        _, args = _fused_args(index, x, need, 15, rows_ok=blocks_ok, block_rows=1, row_crcs=crcs)
+        assert fused(*args) == (0, ref_lists.size, ref_entries)
+        assert blocks_ok.all()
+        np.testing.assert_array_equal(args[-1][0], ref_raw)
+        blocks_ok[last] = False
         crcs[last] ^= 1
-        _, args = _fused_args(index, x, need, 15, rows_ok=blocks, block_rows=1, row_crcs=crcs)
-        assert KO.ivf_search_fused(*args) == (3, ref_lists.size, ref_entries)
-        assert np.isnan(args[-4]).all() and (args[-3] == -7).all()
-        np.testing.assert_array_equal(args[-1], ref_rows)
-        assert not blocks[last]
+        _, args = _fused_args(index, x, need, 15, rows_ok=blocks_ok, block_rows=1, row_crcs=crcs)
+        assert fused(*args) == (3, ref_lists.size, ref_entries)
+        outs = args[-1]
+        assert np.isnan(outs[0]).all() and (outs[1] == -7).all()
+        np.testing.assert_array_equal(outs[3], ref_rows)
+        assert not blocks_ok[last]
     # a query the general path rejects: status 1, nothing else done
     bad = [np.full(24, np.nan, np.float32), np.full(24, 1e30, np.float32)]
     if similarity == "cosine":
         bad.append(np.zeros(24, np.float32))
     for x in bad:
         _, args = _fused_args(index, x, 100.0, 15)
-        assert KO.ivf_search_fused(*args)[0] == 1
+        assert fused(*args)[0] == 1
 
 
 def test_ivf_single_query_takes_one_call(make_vectors, monkeypatch, tmp_path):
@@ -487,14 +501,14 @@ def test_ivf_single_query_takes_one_call(make_vectors, monkeypatch, tmp_path):
     CRC32s are checked inside the call at their first read); same results throughout."""
     index, _, Q = _ivf("cosine", make_vectors, n=900, d=24, seed=6)
     calls = []
-    fused = KO.ivf_search_fused
+    fused = KF.ivf_lut_fused
 
     def spy(*args):
         out = fused(*args)
         calls.append(out[0])
         return out
 
-    monkeypatch.setattr(KO, "ivf_search_fused", spy)
+    monkeypatch.setattr(KF, "ivf_lut_fused", spy)
     batch = index.search(Q, 10)
     for i in range(len(Q)):
         _same(index.search(Q[i], 10), (batch[0][i], batch[1][i]))
@@ -560,13 +574,12 @@ def test_tier_opens_when_the_kernel_is_compiled_or_cached():
 @pytest.mark.parametrize("kind", ["flat", "ivf"])
 def test_a_closed_tier_answers_by_the_batch_path(kind, make_vectors, monkeypatch):
     """Same results either way; the single path runs once the tier opens (warmup(index))."""
-    from bbqlib.index import flat as flat_module
     from bbqlib.index import single
 
     X = make_vectors(600, 24, kind="clustered", seed=3)
     if kind == "flat":
         index = bbqlib.FlatIndex(bits=1, similarity="cosine")
-        tier, module, name = single.FLAT_TIER, flat_module, "flat_search_one"
+        tier, module, name = single.FLAT_TIER, single, "flat_search_one"
     else:
         index = bbqlib.IVFIndex(bits=1, similarity="cosine", cluster_size=64)
         tier, module, name = single_ivf.IVF_TIER, single_ivf, "ivf_search_one"

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import bbqlib
+from bbqlib._kernels import fused as KF
 from bbqlib._kernels import policy
 from bbqlib._kernels import single as KO
 from bbqlib.io.preload import preload_arrays
@@ -39,9 +40,10 @@ def test_import_starts_numbas_target_unless_lazy(lazy):
 _FRESH_PROCESS = """
 import sys
 import numpy as np, bbqlib
+from bbqlib._kernels import fused as KF
 from bbqlib._kernels import single as KO
 bbqlib.warmup()
-kernels = [getattr(KO, name) for name in KO.__all__]
+kernels = [getattr(KO, name) for name in KO.__all__] + [getattr(KF, n) for n in KF.__all__]
 before = [len(k.signatures) for k in kernels]
 for path in sys.argv[1:]:
     index = bbqlib.load(path)
@@ -102,7 +104,7 @@ def test_warmup_prepares_every_kernel_a_search_uses(kind, batch, make_vectors):
     if kind == "flat":
         assert KO.prepare_one.signatures and KO.flat_lut_one.signatures
     else:
-        assert KO.ivf_search_fused.signatures
+        assert KF.ivf_lut_fused.signatures
 
 
 def test_warmup_of_an_index_without_vectors(make_vectors):

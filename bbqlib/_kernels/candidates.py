@@ -63,7 +63,8 @@ def _ids_bytes_row(qb, qf, db, df, dim, cc, is_l2, ids, out):
 
 
 @kernel(inline="always")
-def _ids_float_row(qv, qf, codes, df, planes, plane_bytes, dim, cc, is_l2, ids, out, buf):
+def _ids_float_row(qv, qf, codes, df, planes, plane_bytes, dim, cc, is_l2, ids, out, words):
+    buf = words.view(np.uint8)[:dim]
     for j in range(ids.shape[0]):
         i = ids[j]
         if i < 0:
@@ -71,7 +72,7 @@ def _ids_float_row(qv, qf, codes, df, planes, plane_bytes, dim, cc, is_l2, ids, 
         elif planes == 0:
             out[j] = _raw(dim, df[i], qf, float_dot(qv, codes[i, :dim]), cc, is_l2)
         else:
-            unpack_row(codes[i], planes, plane_bytes, dim, buf)
+            unpack_row(codes[i], planes, plane_bytes, words)
             out[j] = _raw(dim, df[i], qf, float_dot(qv, buf), cc, is_l2)
 
 
@@ -104,19 +105,19 @@ def score_ids_bytes_parallel(qb, qf, db, df, dim, cc, is_l2, ids, out):
 @kernel
 def score_ids_float(qv, qf, codes, df, planes, plane_bytes, dim, cc, is_l2, ids, out):
     """Raw estimates of float queries against uint8 codes (``planes`` > 0: plane-packed rows)."""
-    buf = np.empty(dim, dtype=np.uint8)
+    words = np.empty(max(plane_bytes, (dim + 7) // 8), dtype=np.uint64)
     for q in range(ids.shape[0]):
         _ids_float_row(
-            qv[q], qf[q], codes, df, planes, plane_bytes, dim, cc, is_l2, ids[q], out[q], buf
+            qv[q], qf[q], codes, df, planes, plane_bytes, dim, cc, is_l2, ids[q], out[q], words
         )
 
 
 @parallel_kernel
 def score_ids_float_parallel(qv, qf, codes, df, planes, plane_bytes, dim, cc, is_l2, ids, out):
     for q in prange(ids.shape[0]):
-        buf = np.empty(dim, dtype=np.uint8)
+        words = np.empty(max(plane_bytes, (dim + 7) // 8), dtype=np.uint64)
         _ids_float_row(
-            qv[q], qf[q], codes, df, planes, plane_bytes, dim, cc, is_l2, ids[q], out[q], buf
+            qv[q], qf[q], codes, df, planes, plane_bytes, dim, cc, is_l2, ids[q], out[q], words
         )
 
 

@@ -173,14 +173,15 @@ def ivf_scan_float(
     """Heap of the best entries per query over its visited lists (float queries).
 
     ``qv`` float32 [P, dim]; ``codes`` uint8 rows: ``planes`` bit planes of ``plane_bytes``
-    each (unpacked one entry at a time into a scratch row), or one byte per dimension when
-    ``planes`` is 0. Dots are ``float_dot``'s float32 sums.
+    each (unpacked one entry at a time, :func:`~bbqlib._kernels.scoring.unpack_row`), or
+    one byte per dimension when ``planes`` is 0. Dots are ``float_dot``'s float32 sums.
     """
     nq = pair_start.shape[0] - 1
     for q in prange(nq):
         dots = np.empty(BLOCK, dtype=np.float64)
         block_keys = np.empty(BLOCK, dtype=np.float64)
-        buf = np.empty(dim, dtype=np.uint8)
+        words = np.empty(plane_bytes, dtype=np.uint64)
+        buf = words.view(np.uint8)[:dim]
         keys = out_keys[q]
         heap_ids = out_ids[q]
         for p in range(pair_start[q], pair_start[q + 1]):
@@ -194,7 +195,7 @@ def ivf_scan_float(
                     if planes == 0:
                         dots[j] = float_dot(query, codes[b0 + j, :dim])
                     else:
-                        unpack_row(codes[b0 + j], planes, plane_bytes, dim, buf)
+                        unpack_row(codes[b0 + j], planes, plane_bytes, words)
                         dots[j] = float_dot(query, buf)
                 _block_keys(dots, m, b0, df, qf[p], dim, cc, is_l2, block_keys)
                 _offer_entries(keys, heap_ids, block_keys, m, b0, ids, allowed)

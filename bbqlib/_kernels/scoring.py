@@ -33,6 +33,7 @@ __all__ = [
     "scan_planes",
     "scan_bytes",
     "scan_float",
+    "scan_float_planes",
     "EMPTY_ID",
     "unpack_row",
 ]
@@ -128,16 +129,23 @@ def float_dot(q, d):
     return np.float64(acc)
 
 
+#: Each byte value spread over the 8 bytes of a little-endian uint64: byte ``t`` holds bit
+#: ``7 - t`` (dimension ``8j + t`` of a ``pack_planes`` byte ``j``).
+_SPREAD = np.array(
+    [sum(((b >> (7 - t)) & 1) << (8 * t) for t in range(8)) for b in range(256)], dtype=np.uint64
+)
+
+
 @kernel(inline="always")
-def unpack_row(packed, planes, plane_bytes, dim, buf):
-    """Codes of one plane-packed doc into ``buf[:dim]`` (dim 8j + t: byte j, bit 7 - t)."""
-    for i in range(dim):
-        buf[i] = 0
-    for s in range(planes):
-        base = s * plane_bytes
-        for i in range(dim):
-            bit = (np.int64(packed[base + (i >> 3)]) >> (7 - (i & 7))) & 1
-            buf[i] |= np.uint8(bit << s)
+def unpack_row(packed, planes, plane_bytes, words):
+    """Codes of one plane-packed doc into ``words`` uint64 [plane_bytes], read as uint8
+    [8 · plane_bytes] (``words.view(np.uint8)``: dimension ``i`` is byte ``i``): eight
+    dimensions of every plane per table lookup, the values ``packing.unpack_planes`` gives."""
+    for j in range(plane_bytes):
+        w = np.uint64(0)
+        for s in range(planes):
+            w |= _SPREAD[packed[s * plane_bytes + j]] << np.uint64(s)
+        words[j] = w
 
 
 # ----------------------------------------------------------------------------- id lists
@@ -321,5 +329,33 @@ def scan_float(qv, qf, codes, df, dim, cc, is_l2, allowed, id_base, out_keys, ou
                 query = qv[q]
                 for j in range(m):
                     dots[j] = float_dot(query, codes[b0 + j])
+                _block_keys(dots, m, b0, df, qf[q], dim, cc, is_l2, block_keys)
+                _offer_block(out_keys[c, q], out_ids[c, q], block_keys, m, b0, allowed, id_base)
+
+
+@parallel_kernel
+def scan_float_planes(
+    qv, qf, packed, df, planes, plane_bytes, dim, cc, is_l2, allowed, id_base, out_keys, out_ids
+):
+    """:func:`scan_float` over plane-packed docs (``packed`` uint8 [n, planes * plane_bytes]),
+    each doc unpacked here (:func:`unpack_row`): the same dots as :func:`scan_float` over the
+    unpacked codes, without unpacking every doc first (a search of few queries, where each
+    doc is unpacked about as often either way)."""
+    n = packed.shape[0]
+    chunks = out_keys.shape[0]
+    per = (n + chunks - 1) // chunks
+    for c in prange(chunks):
+        dots = np.empty(BLOCK, dtype=np.float64)
+        block_keys = np.empty(BLOCK, dtype=np.float64)
+        words = np.empty(plane_bytes, dtype=np.uint64)
+        buf = words.view(np.uint8)[:dim]
+        stop = min(n, (c + 1) * per)
+        for b0 in range(c * per, stop, BLOCK):
+            m = min(stop - b0, BLOCK)
+            for q in range(qv.shape[0]):
+                query = qv[q]
+                for j in range(m):
+                    unpack_row(packed[b0 + j], planes, plane_bytes, words)
+                    dots[j] = float_dot(query, buf)
                 _block_keys(dots, m, b0, df, qf[q], dim, cc, is_l2, block_keys)
                 _offer_block(out_keys[c, q], out_ids[c, q], block_keys, m, b0, allowed, id_base)

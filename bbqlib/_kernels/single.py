@@ -22,13 +22,10 @@ results are bit for bit the batch path's:
 * :func:`rerank_dots` / :func:`rerank_sqdists`: the exact kernel's serial body
   (:mod:`bbqlib._kernels.rerank`) over the candidates, then the best ``k`` by (key desc,
   row asc) as ``rerank_keys`` + ``finish`` give them (:func:`best_k` alone);
-* :func:`ivf_search_fused`: all of an IVF query's steps in one call. Two Python threads
-  issuing single queries scale only when a query releases the GIL once: each short
-  ``nogil`` call is a GIL hand-off, and a thread leaving a short kernel waits for the
-  other thread's Python to reach its next release. (A flat query is one long scan, so its
-  three calls stay apart: fusing them would lengthen the first compile on an empty kernel
-  cache and load no faster; ``benchmarks/bench_serving.py --sections startup`` reports
-  compile times.)
+
+The IVF steps run in one call (:mod:`bbqlib._kernels.fused`): two Python threads issuing
+single queries scale only when a query releases the GIL once. A flat query is one long scan,
+so its three calls stay apart.
 
 ``tests/reference/single.py`` is the NumPy reference.
 """
@@ -39,7 +36,6 @@ import numpy as np
 
 from . import ivf as KI
 from . import scoring as KS
-from .crc32 import check_lists, check_rows
 from .lanes import lane_dots
 from .lut import LANES, _scan_lut_range, build_tables, ivf_scan_lut
 from .osq import _quantize_range
@@ -57,7 +53,6 @@ __all__ = [
     "best_k",
     "rerank_dots",
     "rerank_sqdists",
-    "ivf_search_fused",
 ]
 
 EMPTY_ID = KS.EMPTY_ID
@@ -372,87 +367,3 @@ def rerank_sqdists(query2, vectors, cand, k, pad):
     raw = np.empty(c2.shape, dtype=np.float64)
     _sqdists_range(query2, vectors, c2, np.empty(c2.shape, dtype=np.int64), raw, _ZERO, _ONE)
     return _best_k(raw[0], cand, True, k, pad)
-
-
-@kernel
-def ivf_search_fused(
-    x, cosine, unit_only, max_sq, unit_tol, qp,
-    g, gg, codes, factors, cc, sizes, plan_bits, iters, plan_lam, plan_l2, by_distance, need,
-    pcodes, pfactors, pcc, pradius, child_order, child_offsets, want,
-    centroids, bits, lam, is_l2, width, list_start, list_block_start, blocks, df, ids,
-    list_cc, planes, pairs, dim, allowed, heap, depth, lists_ok,
-    list_crcs, lut_bytes, lut_width, factor_bytes, id_bytes,
-    vectors, rerank, k, pad, rows_ok, block_rows, row_data, row_crcs, rows_cold,
-    out_raw, out_rows, out_lists, out_cands,
-):  # fmt: skip
-    """One IVF query, every step in one call (one release of the GIL per query, which is
-    what lets Python threads issuing single queries scale): :func:`prepare_one` into
-    ``qp``, :func:`ivf_plan_two` (:func:`ivf_plan_one` without parents),
-    :func:`ivf_lut_one`, and with ``rerank`` the exact :func:`rerank_sqdists` (``is_l2``)
-    or :func:`rerank_dots`.
-
-    The results go to the caller's ``out_raw`` float64 [1, k] and ``out_rows`` int64
-    [1, k], as ``rerank_finish`` makes them: the exact values with ``rerank``, else the
-    estimates (``-key`` for distances), ``pad`` / ``-1`` where none. Only scalars are
-    returned, ``(status, lists visited, entries scored)``: each array handed back to Python
-    is an allocation with the GIL held. ``status`` 0: done; 1: the query breaks a rule
-    (not finite, beyond ``max_sq``, zero under ``cosine``, not unit under ``unit_only``; the
-    caller's general path raises); 2: a planned list is not in ``lists_ok`` and fails its
-    CRC32 in ``list_crcs`` (checked here over what the scan reads of it: ``lut_bytes``, rows
-    of ``lut_width`` bytes, ``factor_bytes`` and ``id_bytes``, the posting arrays' bytes;
-    :func:`bbqlib._kernels.crc32.check_lists` marks ``lists_ok`` for the lists that pass;
-    with an empty ``list_crcs`` nothing is checked here), or cannot be checked here: nothing
-    scanned; the planned lists go to ``out_lists`` int32 when it has room for them); 3: a
-    candidate row's block of ``block_rows`` rows is not in ``rows_ok`` and fails its CRC32
-    in ``row_crcs`` (checked here over ``row_data``, the stored rows' bytes:
-    :func:`bbqlib._kernels.crc32.check_rows`, which marks ``rows_ok`` for the blocks that
-    pass; not reranked; the candidate rows go to ``out_cands`` int64, ``-1`` padded, when it
-    has room). The caller then checks them (and raises) or calls again, passing empty
-    ``out_lists`` / ``out_cands`` otherwise.
-    """
-    sq = prepare_one(x, cosine, qp)
-    if not sq <= max_sq or (cosine and sq == 0.0) or (unit_only and abs(sq - 1.0) > unit_tol):
-        return 1, 0, 0
-    q2 = qp.reshape((1, qp.shape[0]))
-    lists = ivf_plan_two(
-        q2, g, gg, codes, factors, cc, sizes, plan_bits, iters, plan_lam, plan_l2, by_distance,
-        need, pcodes, pfactors, pcc, pradius, child_order, child_offsets, want,
-    )  # fmt: skip
-    n_lists = lists.shape[0]
-    if list_crcs.shape[0] > 0:
-        check_lists(
-            lists, lists_ok, list_crcs, list_start, list_block_start, lut_bytes, lut_width,
-            factor_bytes, id_bytes,
-        )  # fmt: skip
-    for p in range(n_lists):
-        if not lists_ok[lists[p]]:
-            if out_lists.shape[0] >= n_lists:
-                out_lists[:n_lists] = lists
-            return 2, n_lists, 0
-    keys, rows, entries = ivf_lut_one(
-        q2, centroids, lists, bits, lam, is_l2, width, list_start, list_block_start, blocks,
-        df, ids, list_cc, planes, pairs, dim, allowed, heap, depth,
-    )  # fmt: skip
-    if not rerank:
-        m = min(k, rows.shape[0])
-        for r in range(k):
-            if r < m and rows[r] >= 0:
-                out_raw[0, r] = -keys[r] if is_l2 else keys[r]
-                out_rows[0, r] = rows[r]
-            else:
-                out_raw[0, r] = pad
-                out_rows[0, r] = -1
-        return 0, n_lists, entries
-    m = rows.shape[0]
-    if check_rows(row_data, rows, row_crcs, rows_ok, block_rows, rows_cold) >= 0:
-        if out_cands.shape[0] >= m:
-            out_cands[:m] = rows
-            out_cands[m:] = -1
-        return 3, n_lists, entries
-    if is_l2:
-        raw, best = rerank_sqdists(q2, vectors, rows, k, pad)
-    else:
-        raw, best = rerank_dots(q2, vectors, rows, k, pad)
-    out_raw[:] = raw
-    out_rows[:] = best
-    return 0, n_lists, entries

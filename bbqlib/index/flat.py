@@ -28,7 +28,7 @@ from ..scoring.stored import check_store_vectors, stored_exact_values, stored_ro
 from ._locks import IndexGuard
 from .flat_files import FORMAT_VERSION, read_flat, write_flat
 from .ids import RowIds, filter_rows
-from .single import FLAT_TIER, flat_search_one
+from .single import flat_search, flat_tiers
 
 __all__ = ["FlatIndex", "FORMAT_VERSION"]
 
@@ -302,14 +302,12 @@ class FlatIndex:
             return self._search(queries, k, oversample, rerank, filter, scores, pad_to_k)
 
     def _search(self, queries, k, oversample, rerank, filter, scores, pad_to_k):
-        args = (k, oversample, rerank, filter, scores, pad_to_k)
-        if FLAT_TIER.ready():
-            one = flat_search_one(self, queries, *args)
-            if one is not None:  # one query: the fused single-query path (index/single.py)
-                return one
-        elif self.quantizer.is_fitted:  # its kernels not compiled yet (COMPILE_SINGLE_AFTER)
-            return FLAT_TIER.on_batch_path(self._search_batch, queries, self.quantizer.dim_, *args)
-        return self._search_batch(queries, *args)
+        # one query: the quantizer's one-query scan (index/single.py), else the batch path
+        return flat_search(self, queries, k, oversample, rerank, filter, scores, pad_to_k)
+
+    def single_query_tiers(self) -> tuple:
+        """The tiers of the single-query kernels this index runs (``bbqlib.warmup``)."""
+        return flat_tiers(self)
 
     def _search_batch(self, queries, k, oversample, rerank, filter, scores, pad_to_k):
         q = self.quantizer

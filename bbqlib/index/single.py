@@ -1,12 +1,13 @@
 """The single-query path of both indexes: one query per call in a few compiled calls.
 
-``FlatIndex.search`` and ``IVFIndex.search`` call :func:`flat_search_one` /
+``FlatIndex.search`` and ``IVFIndex.search`` call :func:`flat_search` /
 :func:`bbqlib.index.ivf.single.ivf_search_one` first; they answer a query given as a
-float32 array of shape ``[d]`` or ``[1, d]`` (C-contiguous) when the quantizer scans with
-the lookup-table kernels (``BBQQuantizer`` at <= 4 query bits on AVX2 CPUs, the default),
-and return ``None`` otherwise, so the general path runs (and raises the usual errors for
-bad input). The results are the general path's, bit for bit: the same compiled bodies run
-(:mod:`bbqlib._kernels.single`), on the calling thread, with the GIL released.
+float32 array of shape ``[d]`` or ``[1, d]`` (C-contiguous) by the quantizer's scanner
+(:mod:`bbqlib.quantizers.scanner`: every family; for BBQ at <= 4 query bits on AVX2 CPUs, the
+default, the lookup-table kernels of :mod:`bbqlib._kernels.single`), and return ``None``
+where they cannot, so the general path runs (and raises the usual errors for bad input).
+The results are the general path's, bit for bit: the same compiled bodies run, on the
+calling thread.
 """
 
 from __future__ import annotations
@@ -18,9 +19,7 @@ import numpy as np
 from .._kernels import single as KO
 from .._kernels.cache import has_entries
 from .._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE
-from ..encoding import padded_dim
-from ..quantizers import BBQQuantizer
-from ..scoring import SCORE_KINDS, candidate_count, check_oversample, result_columns, use_lut
+from ..scoring import SCORE_KINDS, candidate_count, check_oversample, result_columns
 from ..similarity import Similarity, scores_from_raw
 
 __all__ = [
@@ -29,7 +28,9 @@ __all__ = [
     "FLAT_TIER",
     "one_query",
     "prepared_query",
-    "lut_osq",
+    "flat_search",
+    "flat_tiers",
+    "tier_of",
     "rerank_finish",
     "finish_scores",
     "flat_search_one",
@@ -82,7 +83,19 @@ class SingleQueryTier:
             self.batch_seconds += time.perf_counter() - t0
 
 
-FLAT_TIER = SingleQueryTier(KO.flat_lut_one)
+#: The tier of each single-query kernel (:func:`tier_of`).
+_TIERS: dict = {}
+
+
+def tier_of(kernel) -> SingleQueryTier:
+    """The tier of a single-query path's main kernel (one per kernel, made at first use)."""
+    tier = _TIERS.get(kernel)
+    if tier is None:
+        tier = _TIERS.setdefault(kernel, SingleQueryTier(kernel))
+    return tier
+
+
+FLAT_TIER = tier_of(KO.flat_lut_one)
 
 
 def one_query(queries, dim: int) -> np.ndarray | None:
@@ -110,23 +123,6 @@ def prepared_query(x: np.ndarray, similarity: Similarity) -> np.ndarray | None:
     if similarity is Similarity.DOT_PRODUCT and abs(sq - 1.0) > UNIT_NORM_TOLERANCE:
         return None
     return out.reshape(1, -1)
-
-
-def lut_osq(q) -> bool:
-    """Whether quantizer ``q`` codes queries as :class:`BBQQuantizer` does (bbqlib's OSQ
-    arithmetic) at a width the lookup-table scan serves."""
-    # ``arithmetic`` read here, not through ``lucene_osq.is_lucene``: importing that module
-    # would add its import to a fresh process's first query.
-    if not isinstance(q, BBQQuantizer) or getattr(q, "arithmetic", "float64") != "float64":
-        return False
-    cls = type(q)
-    if cls._query_codes is not BBQQuantizer._query_codes:
-        return False
-    for name in ("topk_keys", "query_pairs", "_validated"):
-        if getattr(cls, name) is not getattr(BBQQuantizer, name):
-            return False
-    enc = q.encoding_
-    return enc.query_bits is not None and use_lut(enc.query_planes, enc.layout)
 
 
 def float_rows(vectors) -> np.ndarray | None:
@@ -169,22 +165,13 @@ def finish_scores(raw, out_rows, similarity: Similarity, pad: float, scores) -> 
     return np.where(valid, values, pad).astype(np.float32)
 
 
-def _flat_state(q, codes):
-    """What the flat fast path needs of ``codes`` (kept with them), or False: the doc-side
-    arguments of :func:`bbqlib._kernels.single.flat_lut_one`."""
-    key = ("single", q.fingerprint_)
-    state = codes._cache.get(key)
-    if state is None:
-        state = False
-        if lut_osq(q):
-            d = q._cached_doc_codes(codes)
-            blocks, cols = d.lut_layout()
-            pairs = d.words * 8
-            docs = (blocks, cols, d.planes, pairs, len(d), d.dim, d.centroid_dot, d.is_l2)
-            centroid = np.ascontiguousarray(q.centroid_, dtype=np.float32)
-            state = (centroid, padded_dim(q.dim_), docs, q.encoding_.default_oversample)
-        codes._cache[key] = state
-    return state
+def flat_one(q, codes):
+    """The quantizer's one-query scan of ``codes`` (kept with them), or None."""
+    key = ("flat_one", q.fingerprint_)  # not "single": older pickles keep that one
+    one = codes._cache.get(key, False)
+    if one is False:
+        one = codes._cache[key] = q.scanner().flat_one(codes)
+    return one
 
 
 def _mask(index) -> np.ndarray:
@@ -199,8 +186,39 @@ def _mask(index) -> np.ndarray:
     return cached[1]
 
 
-def flat_search_one(index, queries, k, oversample, rerank, filter, scores, pad_to_k=None):
-    """``FlatIndex.search`` of one query, or None where the general path must run."""
+def flat_search(index, queries, *args):
+    """``FlatIndex.search``: one query by the quantizer's one-query scan where it applies
+    (and its kernel is compiled or may be), else the batch path."""
+    one = _flat_one_of(index)
+    if one is not None:
+        tier = None if one.kernel is None else tier_of(one.kernel)
+        if tier is not None and not tier.ready():  # not compiled yet (COMPILE_SINGLE_AFTER)
+            return tier.on_batch_path(index._search_batch, queries, index.quantizer.dim_, *args)
+        result = flat_search_one(index, one, queries, *args)
+        if result is not None:
+            return result
+    return index._search_batch(queries, *args)
+
+
+def flat_tiers(index) -> tuple:
+    """The tier of the one-query kernel ``index`` runs (none: the batch path's kernels)."""
+    one = _flat_one_of(index)
+    return () if one is None or one.kernel is None else (tier_of(one.kernel),)
+
+
+def _flat_one_of(index):
+    q = index.quantizer
+    if not q.is_fitted:
+        return None
+    codes = index._parts()[0]
+    if codes is None or len(codes) == 0:
+        return None
+    return flat_one(q, codes)
+
+
+def flat_search_one(index, one, queries, k, oversample, rerank, filter, scores, pad_to_k=None):
+    """``FlatIndex.search`` of one query by ``one`` (:class:`FlatOne`), or None where the
+    general path must run."""
     q = index.quantizer
     if rerank is None:  # the index's default
         rerank = bool(index.store_vectors)
@@ -220,13 +238,10 @@ def flat_search_one(index, queries, k, oversample, rerank, filter, scores, pad_t
         vectors = float_rows(vectors)
         if vectors is None or not index.store_vectors:
             return None
-    state = _flat_state(q, codes)
-    if state is False:
-        return None
     sim = q.similarity_
-    centroid, width, docs, default = state
+    default = q.encoding_.default_oversample
     oversample = default if oversample is None else check_oversample(oversample, default)
-    n = docs[4]
+    n = len(codes)
     columns = k
     if k > n:  # the columns follow pad_to_k (result_columns), as on the batch path
         if pad_to_k is None:
@@ -236,11 +251,7 @@ def flat_search_one(index, queries, k, oversample, rerank, filter, scores, pad_t
     Qp = prepared_query(x, sim)
     if Qp is None:
         return None
-    Qt = Qp if q.transform_ is None else q.transform_rows(Qp)
-    keys, rows = KO.flat_lut_one(
-        Qt, centroid, q.encoding_.query_bits, q.iters, q.lam, docs[7], width, *docs,
-        _mask(index), depth,
-    )  # fmt: skip
+    keys, rows = one.scan(Qp, _mask(index), depth)
     if rerank:  # a loaded file's blocks of these rows are checked on their first read
         index._check_vector_rows(vectors, rows)
     out, rows = rerank_finish(Qp, vectors, keys, rows, columns, sim, rerank, scores)

@@ -123,6 +123,15 @@ class Quantizer:
         if not self.is_fitted:
             raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(X) first")
 
+    def scanner(self):
+        """The fitted quantizer's scanner (:mod:`bbqlib.quantizers.scanner`): what the
+        indexes ask to answer one query in one compiled call. This base has none (the batch
+        path serves); families return the scanner of their code layout."""
+        from .scanner import Scanner
+
+        self._check_fitted()
+        return Scanner(self)
+
     # -- capabilities ---------------------------------------------------------------------
     @property
     def supported_query_bits(self) -> tuple:
@@ -332,17 +341,15 @@ class Quantizer:
         raise NotImplementedError(f"{type(self).__name__} cannot code against list centres")
 
     def _float_query_pairs(self, Qt, centres, pair_query, pair_list):
-        """Float residual queries ``y = q - c`` with rows ``(0, 1, Σy, ||y||² or <q, c>)``."""
-        Q64 = Qt[pair_query].astype(np.float64)
-        C64 = centres[pair_list].astype(np.float64)
-        y = (Q64 - C64).astype(np.float32)
-        factors = np.zeros((len(y), 4), dtype=np.float64)
-        factors[:, 1] = 1.0
-        factors[:, 2] = y.sum(axis=1, dtype=np.float64)
-        if self.similarity_.is_distance:
-            factors[:, 3] = np.einsum("ij,ij->i", y, y, dtype=np.float64)
-        else:
-            factors[:, 3] = np.einsum("ij,ij->i", Q64, C64)
+        """Float residual queries ``y = q - c`` with rows ``(0, 1, Σy, ||y||² or <q, c>)``
+        (:func:`bbqlib._kernels.pairs.residual_pairs`, which the one-query path calls too)."""
+        from .._kernels.pairs import residual_pairs
+
+        y = np.empty((len(pair_query), Qt.shape[1]), dtype=np.float32)
+        factors = np.empty((len(pair_query), 4), dtype=np.float64)
+        if len(y):
+            residual_pairs(*_pair_args(Qt, centres, pair_query, pair_list),
+                           bool(self.similarity_.is_distance), y, factors)  # fmt: skip
         return y, factors
 
     def _pair_query_data(self, codes: np.ndarray, lut: bool) -> np.ndarray:
@@ -450,3 +457,13 @@ class Quantizer:
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({params})"
+
+
+def _pair_args(Qt, centres, pair_query, pair_list) -> tuple:
+    """The pair coders' first arguments (:mod:`bbqlib._kernels.pairs`) as they take them."""
+    return (
+        np.ascontiguousarray(Qt, dtype=np.float32),
+        np.ascontiguousarray(centres, dtype=np.float32),
+        np.ascontiguousarray(pair_query, dtype=np.int64),
+        np.ascontiguousarray(pair_list, dtype=np.int64),
+    )

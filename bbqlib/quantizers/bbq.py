@@ -246,6 +246,14 @@ class BBQQuantizer(Quantizer):
         )  # fmt: skip
         return codes, factors.astype(np.float32)
 
+    def scanner(self):
+        """OSQ-coded queries (float residuals for ``query_bits=None``); none for Lucene's
+        arithmetic, whose float32 scorer the batch path runs."""
+        from .scanner import NoScanner, OSQScanner
+
+        self._check_fitted()
+        return NoScanner(self) if _lucene_mode(self) is not None else OSQScanner(self)
+
     def query_pairs(self, Qt, centres, pair_query, pair_list, *, lut: bool = False):
         """Queries re-quantized against each pair's centre with one optimizer iteration (as
         DiskBBQ), or float residuals for ``query_bits=None``."""

@@ -307,6 +307,13 @@ class RaBitQQuantizer(Quantizer):
                 factors[start:stop, 3] = np.einsum("ij,ij->i", V, C)
         return codes, factors
 
+    def scanner(self):
+        """Float residual queries (quantized queries: the batch path)."""
+        from .scanner import ResidualScanner
+
+        self._check_fitted()
+        return ResidualScanner(self)
+
     def query_pairs(self, Qt, centres, pair_query, pair_list, *, lut: bool = False):
         """Residual queries ``q - c`` per pair: float, or on RaBitQ's per-query grid.
 

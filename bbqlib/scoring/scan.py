@@ -15,8 +15,11 @@ __all__ = ["estimate_raw", "topk_keys", "query_tables", "QUERY_BATCH", "UNPACK_C
 
 #: Queries per kernel call in a scan (bounds heap memory at threads * QUERY_BATCH * k).
 QUERY_BATCH = 256
-#: Docs unpacked at a time when a float query meets plane-packed docs.
+#: Docs unpacked at a time when many float queries meet plane-packed docs.
 UNPACK_CHUNK = 65536
+#: At most this many float queries read plane docs unpacked one at a time in the kernel:
+#: each doc is then unpacked once per query, against once per chunk for all queries.
+FEW_QUERIES = 4
 #: (query, doc) pairs per thread in a scan or estimate: enough work to outweigh a parallel
 #: region's fork and join, so single queries and small batches run on the calling thread
 #: (``policy.threads_for``; docs/threads.md, ``benchmarks/bench_serving.py --sections
@@ -43,7 +46,7 @@ def _estimate(q: QueryCodes, d: DocCodes, kernels, out: np.ndarray) -> None:
         )
     elif q.kind == "bytes":
         kernels.estimate(q.data, q.factors, d.data, d.factors, *common, out)
-    else:
+    else:  # float queries; plane docs unpacked a chunk at a time
         for start in range(0, len(d), UNPACK_CHUNK):
             stop = min(len(d), start + UNPACK_CHUNK)
             kernels.estimate(
@@ -97,7 +100,12 @@ def _scan(q: QueryCodes, d: DocCodes, k, mask, id_base, chunks):
         )  # fmt: skip
     elif q.kind == "bytes":
         kernels.scan(q.data, q.factors, d.data, d.factors, *common, mask, id_base, keys, ids)
-    else:
+    elif d.kind == "planes" and len(q) <= FEW_QUERIES:  # each doc unpacked in the kernel
+        KS.scan_float_planes(
+            q.data, q.factors, d.data.view(np.uint8), d.factors, d.planes, d.words * 8, *common,
+            mask, id_base, keys, ids,
+        )  # fmt: skip
+    else:  # float queries; plane docs unpacked a chunk at a time, once for all queries
         parts_k, parts_i = [], []
         for start in range(0, len(d), UNPACK_CHUNK):
             stop = min(len(d), start + UNPACK_CHUNK)

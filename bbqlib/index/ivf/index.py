@@ -36,6 +36,7 @@ from .guarded import GuardedWrites
 from .options import UNSET as _UNSET
 from .options import resolve_quantizer
 from .single import search_one as _one
+from .single import single_query_tiers as _one_tiers
 from .writes import AUTO_PROGRESS_ROWS as AUTO_PROGRESS_ROWS  # re-exported: public here too
 from .writes import MAX_VECTORS
 
@@ -339,6 +340,10 @@ class IVFIndex(GuardedWrites):
 
     def _finish(self, keys, rows, k, scores):
         return S.finish_rows(self, keys, rows, k, scores)
+
+    def single_query_tiers(self) -> tuple:
+        """The tiers of the single-query kernels this index runs (``bbqlib.warmup``)."""
+        return _one_tiers(self)
 
     def _allowed(self, filter) -> np.ndarray | None:
         """uint8 mask over rows (filter and not deleted), or None when everything is allowed."""

@@ -22,7 +22,7 @@ from ..._kernels import ivf as KI
 from ..._kernels import scoring as KS
 from ..._kernels import vnni as KV
 from ..._validation import row_sq_norms
-from ...quantizers.osq import DEFAULT_ITERS, quantize_rows
+from ...quantizers.osq import DEFAULT_ITERS, DEFAULT_LAMBDA, quantize_rows
 
 __all__ = [
     "CENTROID_BITS",
@@ -39,6 +39,9 @@ __all__ = [
 
 #: Bits of the centroid codes and of the query that scores them (ES PR #132261).
 CENTROID_BITS = 7
+#: The OSQ optimizer steps and interval penalty of the query's centroid codes.
+CENTROID_ITERS = DEFAULT_ITERS
+CENTROID_LAMBDA = DEFAULT_LAMBDA
 #: Parents exist above this many lists (16 centroids per parent, squared; spec §6.4).
 PARENT_THRESHOLD = 256
 CENTROIDS_PER_PARENT = 16

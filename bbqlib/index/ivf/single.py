@@ -1,46 +1,38 @@
 """``IVFIndex.search`` of one query in one compiled call (prepare, plan, scan, rerank).
 
-See :mod:`bbqlib.index.single`: the fast path answers one float32 query when the quantizer
-scans with the lookup-table kernels, nothing is filtered or deleted and the stored vectors
-are one segment; otherwise it returns None and the batch path runs. The results and
-``last_search_stats`` are the batch path's. Float16 and int8 rows (``store_vectors``) are
-decoded for the candidates only, after the scan, as the batch path's rerank decodes them.
+See :mod:`bbqlib.index.single`: the fast path answers one float32 query when the
+quantizer's scanner has a fused kernel for its code layout
+(:meth:`bbqlib.quantizers.scanner.Scanner.ivf_one`), nothing is filtered or deleted and the
+stored vectors are one segment; otherwise it returns None and the batch path runs. The
+results and ``last_search_stats`` are the batch path's.
 
-An index without a transform answers in one call
-(:func:`bbqlib._kernels.single.ivf_search_fused`), which releases the GIL once per query;
-with parent centroids (more than 256 lists) its plan is the compiled two-level walk
-(:func:`bbqlib._kernels.single.ivf_plan_two`, the lists ``plan_batch`` picks). The others
-(a transform, float16 / int8 rows) take the steps one call at a time. A query whose lists
-or rows have unchecked CRC32s (an index opened from files, until each block has been read
-once) stops, has them checked, and is repeated.
+One call (:mod:`bbqlib._kernels.fused`) prepares the query, plans its lists (with parent
+centroids, more than 256 lists, the compiled two-level walk
+:func:`bbqlib._kernels.single.ivf_plan_two`, the lists ``plan_batch`` picks), codes it
+against each list's centre, scans the lists and reranks; it releases the GIL once per query.
+A transform is applied before the call; float16 and int8 rows (``store_vectors``) are
+decoded for the candidates only, after it, as the batch path's rerank decodes them. A query
+whose lists or rows have unchecked CRC32s (an index opened from files, until each block has
+been read once) stops, has them checked, and is repeated.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..._kernels import fused as KF
 from ..._kernels import rerank as KR
 from ..._kernels import single as KO
 from ..._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE
-from ...encoding import padded_dim
 from ...io.blocks import row_bytes
-from ...quantizers.osq import DEFAULT_ITERS, DEFAULT_LAMBDA
 from ...scoring import SCORE_KINDS, candidate_count, check_oversample, pad_value, result_columns
 from ...scoring.stored import stored_exact_values
 from ...similarity import Similarity
-from ..single import (
-    SingleQueryTier,
-    finish_scores,
-    float_rows,
-    lut_osq,
-    one_query,
-    prepared_query,
-    rerank_finish,
-)
+from ..single import finish_scores, float_rows, one_query, prepared_query, tier_of
 from . import files as F
 from . import plan as P
 
-__all__ = ["ivf_search_one", "search_one"]
+__all__ = ["ivf_search_one", "search_one", "single_query_tiers"]
 
 _EMPTY_MASK = np.empty(0, np.uint8)
 # The rows' block mask of float vectors without block CRC32s: one block beyond any row.
@@ -48,7 +40,7 @@ _ALL_ROWS_OK = np.ones(1, dtype=bool)
 _ONE_BLOCK = np.int64(2**62)
 _NO_ROW_DATA = np.zeros((1, 1), dtype=np.uint8)
 _NO_ROW_CRCS = np.zeros(1, dtype=np.uint32)
-_NO_LIST_CRCS = np.zeros(0, dtype=np.uint32)
+_NO_TRANSFORM = np.empty(0, dtype=np.float32)
 _NOT_COLD = np.zeros(1, dtype=np.bool_)  # nothing to check: never written
 # No room for the lists or candidate rows to check (``ivf_search_fused``): the usual call.
 _NO_LISTS = np.empty(0, dtype=np.int32)
@@ -76,7 +68,7 @@ def _parents(table, dim: int) -> tuple:
 
 def _state(index):
     """What the fast path needs of the index as it is now (kept until the next change): the
-    fixed arguments of the plan and scan kernels."""
+    fixed arguments of the fused kernel, or False where the batch path serves."""
     postings = index._postings
     segments = index._segments
     first = segments[0] if segments else None
@@ -91,17 +83,19 @@ def _state(index):
     key = (postings, segments, len(segments), index._table, index._C, first)
     state = False
     q = index.quantizer
-    if lut_osq(q) and len(index._segments) == 1:
-        blocks, block_starts = postings.lut_layout()
+    C = np.ascontiguousarray(index._C, dtype=np.float32)
+    one = q.scanner().ivf_one(postings, C, index._list_cc) if len(segments) == 1 else None
+    if one is not None:
         table = index._table
         sim = q.similarity_
         is_l2 = sim.is_distance
         by_distance = sim is not Similarity.MAX_INNER_PRODUCT
         sizes = postings.sizes
-        width = padded_dim(q.dim_)
+        lists_ok, list_crcs, block_start, check_bytes, check_width = one.checks
         state = {
+            "kernel": one.kernel,
+            "middle": one.middle,
             "is_l2": is_l2,
-            "by_distance": by_distance,
             "sizes": sizes,
             "plan": (
                 table.g,
@@ -111,8 +105,8 @@ def _state(index):
                 table.cc,
                 sizes,
                 P.CENTROID_BITS,
-                DEFAULT_ITERS,
-                DEFAULT_LAMBDA,
+                P.CENTROID_ITERS,
+                P.CENTROID_LAMBDA,
                 is_l2,
                 by_distance or is_l2,
             ),  # fmt: skip
@@ -120,70 +114,54 @@ def _state(index):
             "n_parents": table.parent_codes.shape[0] if P.walks_parents(table) else 0,
             "mean_size": float(sizes.mean()),
             "calls": {},
-            "C": np.ascontiguousarray(index._C, dtype=np.float32),
-            "width": width,
-            "docs": (
+            "C": C,
+            "checks": (
+                lists_ok,
+                list_crcs,
                 postings.start,
-                block_starts,
-                blocks,
-                postings.factors,
-                postings.ids,
-                index._list_cc,
-                q.encoding_.doc_planes,
-                width // 8,
-                q.dim_,
-                _EMPTY_MASK,
+                block_start,
+                check_bytes,
+                check_width,
+                postings.factors.view(np.uint8).reshape(-1),
+                postings.ids.view(np.uint8).reshape(-1),
             ),  # fmt: skip
-            "list_check": _list_check(postings, blocks),
+            "lut_checks": lists_ok is postings._verified_blocks,
             "segment": first,
             "row_data": row_bytes(first.array),  # what the fused call's row CRC32s cover
             "vectors": float_rows(first.array),
-            "verified": postings.crc is None,
         }
     index._single_state = (key, state)
     return state
 
 
-def _list_check(postings, blocks) -> tuple:
-    """The fused call's arguments for checking lists at their first read: the lists'
-    CRC32s over their lookup-table blocks, factors and ids (none: not checked in the call)
-    and those arrays' bytes."""
-    crcs = postings.lut_crc if postings.lut_crc is not None else _NO_LIST_CRCS
-    return (
-        crcs,
-        blocks.reshape(-1),
-        np.int64(blocks.shape[1]),
-        postings.factors.view(np.uint8).reshape(-1),
-        postings.ids.view(np.uint8).reshape(-1),
-    )
+#: The IVF single-query path's tier of the lookup-table kernel (BBQ's default), one per fused
+#: kernel (:func:`bbqlib.index.single.tier_of`; ``COMPILE_SINGLE_AFTER``).
+IVF_TIER = tier_of(KF.ivf_lut_fused)
 
 
-def _check_lists(postings, lists, state) -> None:
-    """CRC32 of the lists read for the first time (an index opened from files)."""
-    verified = postings._verified_blocks if postings.lut_crc is not None else postings._verified
-    if not verified[lists].all():
-        postings.check(lists, blocks=True)
-        state["verified"] = bool(verified.all())
-
-
-#: The IVF single-query path's tier (``bbqlib.index.single.COMPILE_SINGLE_AFTER``).
-IVF_TIER = SingleQueryTier(KO.ivf_search_fused)
+def single_query_tiers(index) -> tuple:
+    """The tier of the fused kernel ``index`` runs (none where the batch path serves)."""
+    state = _state(index) if index._fitted else False
+    return () if state is False else (tier_of(state["kernel"]),)
 
 
 def search_one(index, *args):
     """``IVFIndex.search`` under its read lock: the single-query path, else ``_search``."""
     if index._fitted:
-        if not IVF_TIER.ready():  # its kernel not compiled yet
-            return IVF_TIER.on_batch_path(index._search, args[0], index.quantizer.dim_, *args[1:])
-        F.check_row_ids(index, whole=False)  # results are mapped through them
-        one = ivf_search_one(index, *args)
-        if one is not None:
-            return one
+        state = _state(index)
+        if state is not False:
+            tier = tier_of(state["kernel"])
+            if not tier.ready():  # its kernel not compiled yet
+                return tier.on_batch_path(index._search, args[0], index.quantizer.dim_, *args[1:])
+            F.check_row_ids(index, whole=False)  # results are mapped through them
+            one = ivf_search_one(index, state, *args)
+            if one is not None:
+                return one
     return index._search(*args)
 
 
 def ivf_search_one(
-    index, queries, k, visit_percentage, oversample, rerank, filter, scores, pad_to_k=None
+    index, state, queries, k, visit_percentage, oversample, rerank, filter, scores, pad_to_k=None
 ):
     """``IVFIndex.search`` of one query, or None where the batch path must run."""
     if filter is not None or not index._fitted or index._n_deleted:
@@ -191,9 +169,6 @@ def ivf_search_one(
     q = index.quantizer
     x = one_query(queries, q.dim_)
     if x is None:
-        return None
-    state = _state(index)
-    if state is False:
         return None
     # The settings of a call, resolved and checked once per distinct set of arguments (an
     # application repeats the same few): the GIL-held Python of a query is its fixed cost.
@@ -211,21 +186,13 @@ def ivf_search_one(
             return None
         if len(calls) < 64:
             calls[key] = call
-    if call[0]:
-        return _fused(index, state, x, call)
-    _, k, depth, heap, pad, rerank, plan, _ = call
-    Qp = prepared_query(x, q.similarity_)
-    if Qp is None:
-        return None
-    Qt = Qp if q.transform_ is None else q.transform_rows(Qp)
-    lists = KO.ivf_plan_two(Qt, *plan)
-    return _scan_finish(index, state, Qp, Qt, lists, k, heap, depth, rerank, scores)
+    return _fused(index, state, x, call)
 
 
 def _settings(index, state, k, visit_percentage, oversample, rerank, scores, pad_to_k):
     """A call's settings resolved (the index's defaults) and checked, or None where the
-    batch path must run: ``(fused, k, depth, heap, pad, rerank, plan, fused_args)``, with
-    ``k`` the results' columns (:func:`~bbqlib.scoring.result_columns`)."""
+    batch path must run: ``(columns, depth, decoded, sim, scores, front, middle, back)``, with
+    ``columns`` the results' columns (:func:`~bbqlib.scoring.result_columns`)."""
     if rerank is None:  # the index's default
         rerank = bool(index.store_vectors)
     if visit_percentage is None:
@@ -263,60 +230,49 @@ def _settings(index, state, k, visit_percentage, oversample, rerank, scores, pad
     n_lists = state["sizes"].shape[0]
     want = P.lists_wanted(need, state["mean_size"], ratio, n_lists, state["n_parents"])
     plan = (*state["plan"], float(need), *state["parents"], want)
-    decoded = rerank and state["vectors"] is None  # float16 / int8 rows: not in the fused call
-    fused = q.transform_ is None and not decoded
+    # float16 / int8 rows: the call returns the estimates of ``depth`` candidates, which
+    # are reranked here (the exact kernel reads those rows itself)
+    decoded = rerank and state["vectors"] is None
     vectors = state["vectors"] if state["vectors"] is not None else state["C"]  # one type
-    head = (sim is Similarity.COSINE, sim is Similarity.DOT_PRODUCT, MAX_SQ_NORM,
-            UNIT_NORM_TOLERANCE)  # fmt: skip
-    tail = (
-        *plan, state["C"], enc.query_bits, q.lam, state["is_l2"], state["width"],
-        *state["docs"], heap, depth, _lists_ok(index._postings), *state["list_check"], vectors,
-        bool(rerank), columns, pad,
-    )  # fmt: skip
-    return fused, columns, depth, heap, pad, rerank, plan, (sim, scores, head, tail)
-
-
-def _lists_ok(postings) -> np.ndarray:
-    """Per list: whether the CRC32 of what the scan reads has been checked (marked in
-    place by the checks)."""
-    return postings._verified_blocks if postings.lut_crc is not None else postings._verified
+    front = (sim is Similarity.COSINE, sim is Similarity.DOT_PRODUCT, MAX_SQ_NORM,
+             UNIT_NORM_TOLERANCE, *plan, *state["checks"])  # fmt: skip
+    middle = (*state["middle"], _EMPTY_MASK, heap, depth)
+    out_k = depth if decoded else columns
+    back = (vectors, bool(rerank) and not decoded, out_k, pad, state["is_l2"])
+    return columns, depth, decoded, rerank, sim, scores, front, middle, back
 
 
 def _fused(index, state, x, call):
     """The steps in one compiled call, writing the results into two new arrays. The call
     checks the CRC32s of the lists and rows it reads for the first time (an index opened from
-    files). Where one fails, or a list cannot be checked in the call (formats without
-    lookup-table CRCs), it stops; it is called again with room for those lists or rows, they
-    are checked here (raising on damage), and it is called once more: the same query, the
-    same result, and no other kernel to load at start-up."""
-    _, k, depth, heap, pad, rerank, plan, (sim, scores, head, tail) = call
-    qp = np.empty_like(x) if head[0] else x
-    blocks = state["segment"].blocks if rerank else None
+    files). Where one fails, or a list cannot be checked in the call (formats without CRCs of
+    what the scan reads), it stops; it is called again with room for those lists or rows,
+    they are checked here (raising on damage), and it is called once more: the same query,
+    the same result, and no other kernel to load at start-up."""
+    columns, depth, decoded, rerank, sim, scores, front, middle, head = call
+    q = index.quantizer
+    qp = np.empty_like(x) if sim is Similarity.COSINE else x
+    qt = _NO_TRANSFORM
+    if q.transform_ is not None:
+        Qp = prepared_query(x, sim)
+        if Qp is None:
+            return None  # the general path raises
+        qt = q.transform_rows(Qp)[0]
+    blocks = state["segment"].blocks if head[1] else None
     rows_ok, block_rows, row_data, row_crcs = _ALL_ROWS_OK, _ONE_BLOCK, _NO_ROW_DATA, _NO_ROW_CRCS
     cold = _NOT_COLD
     if blocks is not None:
         rows_ok, block_rows, row_crcs = blocks._checked, blocks.block_rows, blocks.crcs
         cold = blocks.cold
         row_data = state["row_data"]
-    raw = np.empty((1, k))
-    rows = np.empty((1, k), dtype=np.int64)
+    back = (*head, rows_ok, block_rows, row_data, row_crcs, cold)
+    out_k = head[2]
+    raw = np.empty((1, out_k))
+    rows = np.empty((1, out_k), dtype=np.int64)
     lists, cands = _NO_LISTS, _NO_ROWS
+    kernel = state["kernel"]
     for _ in range(5):  # lists, then rows: each stop once without room, once with it
-        status, n_lists, entries = KO.ivf_search_fused(
-            x,
-            *head,
-            qp,
-            *tail,
-            rows_ok,
-            block_rows,
-            row_data,
-            row_crcs,
-            cold,
-            raw,
-            rows,
-            lists,
-            cands,
-        )
+        status, n_lists, entries = kernel(x, qp, qt, front, middle, back, (raw, rows, lists, cands))
         if status == 0:
             break
         if status == 1:
@@ -325,14 +281,19 @@ def _fused(index, state, x, call):
             lists = np.empty(state["sizes"].shape[0], dtype=np.int32)
             cands = np.empty(depth, dtype=np.int64)
         elif status == 2:
-            _check_lists(index._postings, lists[:n_lists], state)  # marks ``lists_ok``
+            index._postings.check(lists[:n_lists], blocks=state["lut_checks"])
         else:
             state["segment"].check_rows(cands[cands >= 0])  # marks their blocks in ``rows_ok``
     else:  # a check that did not mark what it checked: never expected, kept safe
-        Qp = qp.reshape(1, -1)
-        lists = KO.ivf_plan_two(Qp, *plan)
-        return _scan_finish(index, state, Qp, Qp, lists, k, heap, depth, rerank, scores)
+        return None
     _set_stats(index, n_lists, entries, depth)
+    if decoded:
+        Qp = qp.reshape(1, -1)
+        if state["segment"].blocks is not None:  # block CRC32s at their first read
+            state["segment"].check_rows(rows[rows >= 0])
+        out, rows = _rerank_decoded(Qp, state["segment"].array, rows[0], columns, sim, scores)
+        return out, index._row_ids.of_rows(rows)
+    pad = head[3]
     return finish_scores(raw, rows, sim, pad, scores), index._row_ids.of_rows(rows)
 
 
@@ -344,30 +305,6 @@ def _set_stats(index, n_lists, entries, depth) -> None:
         "visited_fraction": entries / max(1, 2 * ntotal),
         "depth": depth,
     }
-
-
-def _scan_finish(index, state, Qp, Qt, lists, k, heap, depth, rerank, scores):
-    """Scan ``lists`` (their CRC32s checked first), rerank, finish."""
-    q = index.quantizer
-    postings = index._postings
-    if not state["verified"]:
-        _check_lists(postings, lists, state)
-    keys, rows, entries = KO.ivf_lut_one(
-        Qt, state["C"], lists, q.encoding_.query_bits, q.lam, state["is_l2"], state["width"],
-        *state["docs"], heap, depth,
-    )  # fmt: skip
-    _set_stats(index, lists.size, entries, depth)
-    return _finish(index, state, Qp, keys, rows, k, q.similarity_, rerank, scores)
-
-
-def _finish(index, state, Qp, keys, rows, k, sim, rerank, scores):
-    if rerank and state["segment"].blocks is not None:  # block CRC32s at their first read
-        state["segment"].check_rows(rows[rows >= 0])
-    if rerank and state["vectors"] is None:  # float16 / int8 rows
-        out, rows = _rerank_decoded(Qp, state["segment"].array, rows, k, sim, scores)
-    else:
-        out, rows = rerank_finish(Qp, state["vectors"], keys, rows, k, sim, rerank, scores)
-    return out, index._row_ids.of_rows(rows)
 
 
 def _rerank_decoded(Qp, stored, rows, k, sim, scores):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ... import scoring
+from ..._kernels.pairs import grid_pairs
+from ..base import _pair_args
 from ..encoded import EncodedVectors
 from ..registry import register_quantizer
 from . import ScalarQuantizer
@@ -83,13 +85,24 @@ class GlobalScalarQuantizer(ScalarQuantizer, method="global"):
                 factors[r0 : r0 + _ROWS, 3] = np.einsum("ij,ij->i", V, C)
         return codes, factors
 
+    def scanner(self):
+        """Residual queries on the docs' grid."""
+        from ..scanner import GridScanner
+
+        self._check_fitted()
+        return GridScanner(self)
+
     def query_pairs(self, Qt, centres, pair_query, pair_list, *, lut: bool = False):
-        """Residual queries ``q - c`` per pair, on the same grid as the docs."""
-        y, factors = self._float_query_pairs(Qt, centres, pair_query, pair_list)
-        codes, _ = self._codes(y)
-        factors[:, 0] = self.lower_
-        factors[:, 1] = self.alpha_
-        factors[:, 2] = codes.sum(axis=1, dtype=np.int64)
+        """Residual queries ``q - c`` per pair, on the same grid as the docs
+        (:func:`bbqlib._kernels.pairs.grid_pairs`, which the one-query path calls too)."""
+        codes = np.empty((len(pair_query), Qt.shape[1]), dtype=np.uint8)
+        factors = np.empty((len(pair_query), 4), dtype=np.float64)
+        if len(codes):
+            grid_pairs(
+                *_pair_args(Qt, centres, pair_query, pair_list), float(self.lower_),
+                float(self.upper_), float(self.alpha_), float(self.inv_alpha_),
+                int(self.levels_), bool(self.similarity_.is_distance), codes, factors,
+            )  # fmt: skip
         return codes, factors
 
     def _fingerprint_parts(self) -> tuple:

@@ -81,6 +81,10 @@ class OSQScalarQuantizer(ScalarQuantizer, method="osq"):
     def encode_pairs(self, W, rows, centres, lists):
         return self.bbq_.encode_pairs(W, rows, centres, lists)
 
+    def scanner(self):
+        self._check_fitted()
+        return self.bbq_.scanner()
+
     def query_pairs(self, Qt, centres, pair_query, pair_list, *, lut: bool = False):
         return self.bbq_.query_pairs(Qt, centres, pair_query, pair_list, lut=lut)
 

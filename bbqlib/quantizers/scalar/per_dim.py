@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ... import scoring
+from ..._kernels.pairs import scaled_pairs
+from ..base import _pair_args
 from ..encoded import EncodedVectors
 from ..registry import register_quantizer
 from . import ScalarQuantizer
@@ -83,10 +85,29 @@ class PerDimScalarQuantizer(ScalarQuantizer, method="per_dim"):
                 factors[r0 : r0 + _ROWS, 3] = np.einsum("ij,ij->i", xh, xh)
         return codes, factors
 
+    def scanner(self):
+        """Float queries ``s ∘ q`` (quantized queries: the batch path)."""
+        from ..scanner import ScaledScanner
+
+        self._check_fitted()
+        return ScaledScanner(self)
+
     def query_pairs(self, Qt, centres, pair_query, pair_list, *, lut: bool = False):
         """``y = scale ∘ q`` (the same for every list of a query); the centre moves into
         ``add_y``: ``<m + c, q> + <c, c>`` (inner products; the scan subtracts ``<c, c>``)
         or ``||q||² - 2 <m + c, q>`` (euclidean)."""
+        qb = self.encoding_.query_bits
+        if qb is None:  # the kernel the one-query path calls too
+            y = np.empty((len(pair_query), Qt.shape[1]), dtype=np.float32)
+            factors = np.empty((len(pair_query), 4), dtype=np.float64)
+            if len(y):
+                scaled_pairs(
+                    *_pair_args(Qt, centres, pair_query, pair_list),
+                    np.ascontiguousarray(self.scale_, dtype=np.float32),
+                    np.ascontiguousarray(self.offset_, dtype=np.float32),
+                    bool(self.similarity_.is_distance), y, factors,
+                )  # fmt: skip
+            return y, factors
         Q64 = Qt.astype(np.float64)
         y = np.ascontiguousarray(Qt * self.scale_, dtype=np.float32)
         C64 = centres[pair_list].astype(np.float64)
@@ -97,11 +118,6 @@ class PerDimScalarQuantizer(ScalarQuantizer, method="per_dim"):
             factors[:, 3] = np.einsum("ij,ij->i", Qp, Qp) - 2.0 * mc
         else:
             factors[:, 3] = mc + np.einsum("ij,ij->i", C64, C64)
-        qb = self.encoding_.query_bits
-        if qb is None:
-            factors[:, 1] = 1.0
-            factors[:, 2] = y.sum(axis=1, dtype=np.float64)[pair_query]
-            return y[pair_query], factors
         codes, lower, step = minmax_codes(y, 2**qb - 1)
         factors[:, 0] = lower[pair_query]
         factors[:, 1] = step[pair_query]

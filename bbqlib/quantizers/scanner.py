@@ -1,0 +1,214 @@
+"""Scanners: what the indexes ask of a fitted quantizer to answer one query in one call.
+
+A quantizer hands the indexes one :class:`Scanner` (``quantizer.scanner()``); the indexes
+never compare family or layout names and never test a quantizer's class. For an IVF the
+scanner names the fused kernel of its code layout (:mod:`bbqlib._kernels.fused`) and the
+family's *middle*: the arguments with which that kernel codes the query against each visited
+list's centre and scans the list. The index supplies the rest (the plan, the list and row
+checks, the rerank). A scanner that returns None from :meth:`Scanner.ivf_one` leaves the
+query to the batch path (e.g. Lucene's arithmetic, SAQ for now), which gives the same
+results.
+
+Scanners are shared by concurrent searches: they hold only what derives from the fitted
+quantizer and the postings they were asked about, never a query's state.
+
+The scanners here serve the code layouts several families share: :class:`OSQScanner`
+(queries OSQ-coded per list: BBQ, int8 ``osq``), :class:`ResidualScanner` (float residual
+queries: RaBitQ and BBQ float queries), :class:`ScaledScanner` (int8 ``per_dim``) and
+:class:`GridScanner` (int8 ``global``). A family picks one by its ``scanner_class`` or
+overrides ``scanner()``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .._kernels import fused as KF
+from ..encoding import padded_dim
+
+__all__ = [
+    "FlatOne",
+    "IVFOne",
+    "Scanner",
+    "NoScanner",
+    "OSQScanner",
+    "ResidualScanner",
+    "ScaledScanner",
+    "GridScanner",
+]
+
+_NO_CRCS = np.zeros(0, dtype=np.uint32)
+_EMPTY_F32 = np.zeros(0, dtype=np.float32)
+
+
+class IVFOne(NamedTuple):
+    """A family's part of the one-call IVF search over one postings object.
+
+    ``kernel``: the fused kernel (:mod:`bbqlib._kernels.fused`); ``middle``: its family
+    arguments, without the trailing ``(allowed, heap, depth)`` the index appends;
+    ``checks``: ``(lists_ok, list_crcs, block_start, check_bytes, check_width)``, what the
+    kernel's list checks read (the lists' flags are marked in place as lists pass).
+    """
+
+    kernel: object
+    middle: tuple
+    checks: tuple
+
+
+class FlatOne(NamedTuple):
+    """A family's part of a one-query flat search over one set of codes.
+
+    ``scan(qp, allowed, depth) -> (keys, rows)``: the best ``depth`` docs of one prepared
+    query ``qp`` float32 [1, d] (validated, normalized for cosine), best first, ``-inf`` /
+    ``-1`` padding; ``allowed``: uint8 mask over the docs (empty: all). ``kernel``: the
+    compiled kernel the single-query tier waits for, or None when the scan runs the batch
+    path's kernels.
+    """
+
+    kernel: object
+    scan: object
+
+
+class Scanner:
+    """A fitted quantizer's one-query scans. This base answers a flat query through the
+    family's own :meth:`~bbqlib.Quantizer.topk_keys` (the batch path's scan, without the
+    index's batch overhead) and has no fused IVF kernel."""
+
+    def __init__(self, quantizer):
+        self.quantizer = quantizer
+
+    def flat_one(self, codes) -> FlatOne | None:
+        """The one-query flat scan of ``codes`` (an :class:`EncodedVectors`), or None."""
+        q = self.quantizer
+
+        def scan(qp, allowed, depth):
+            keys, rows = q.topk_keys(qp, codes, depth, allowed=allowed if allowed.size else None)
+            return keys[0], rows[0]
+
+        return FlatOne(None, scan)
+
+    def ivf_one(self, postings, centroids: np.ndarray, list_cc: np.ndarray) -> IVFOne | None:
+        """The fused IVF call's family part for ``postings`` (their list centres
+        ``centroids`` float32 [K, d] and ``<c, c>`` ``list_cc``), or None."""
+        return None
+
+    def _checks(self, postings, lut: bool) -> tuple:
+        """The list checks over what the scan reads: lookup-table blocks or the codes."""
+        if lut:
+            blocks, block_starts = postings.lut_layout()
+            crcs = postings.lut_crc if postings.lut_crc is not None else _NO_CRCS
+            return (postings._verified_blocks, crcs, block_starts, blocks.reshape(-1),
+                    np.int64(blocks.shape[1]))  # fmt: skip
+        codes = np.asarray(postings.codes)
+        crcs = postings.crc if postings.crc is not None else _NO_CRCS
+        width = codes.shape[1] * codes.itemsize if codes.ndim == 2 else 0
+        return (postings._verified, crcs, postings.start, codes.view(np.uint8).reshape(-1),
+                np.int64(width))  # fmt: skip
+
+
+class NoScanner(Scanner):
+    """No one-query path: every search runs the batch path (e.g. Lucene's arithmetic,
+    whose validation and scoring are its own)."""
+
+    def flat_one(self, codes):
+        return None
+
+
+class OSQScanner(Scanner):
+    """Queries OSQ-coded against each list's centre (one optimizer step, ``query_pairs``):
+    the lookup-table scan for plane docs and queries of at most 4 bits on AVX2, the popcount
+    scan for other plane docs, the byte scan for byte docs."""
+
+    def flat_one(self, codes):
+        from .._kernels import single as KO
+        from ..scoring import use_lut
+
+        q = self.quantizer
+        enc = q.encoding_
+        if enc.query_bits is None or not use_lut(enc.query_planes, enc.layout):
+            return super().flat_one(codes)
+        d = q._cached_doc_codes(codes)
+        blocks, cols = d.lut_layout()
+        width = padded_dim(q.dim_)
+        fixed = (np.ascontiguousarray(q.centroid_, dtype=np.float32), enc.query_bits, q.iters,
+                 q.lam, d.is_l2, width, blocks, cols, d.planes, d.words * 8, len(d), d.dim,
+                 d.centroid_dot, d.is_l2)  # fmt: skip
+
+        def scan(qp, allowed, depth):
+            return KO.flat_lut_one(q.transform_rows(qp) if q.transform_ is not None else qp,
+                                   *fixed, allowed, depth)  # fmt: skip
+
+        return FlatOne(KO.flat_lut_one, scan)
+
+    def ivf_one(self, postings, centroids, list_cc):
+        from ..scoring import use_lut
+
+        q = self.quantizer
+        enc = q.encoding_
+        if enc.query_bits is None:
+            return ResidualScanner(q).ivf_one(postings, centroids, list_cc)
+        is_l2 = q.similarity_.is_distance
+        dim = q.dim_
+        bits, lam = enc.query_bits, q.lam
+        common = (postings.factors, postings.ids, list_cc)
+        if use_lut(enc.query_planes, enc.layout):
+            blocks, block_starts = postings.lut_layout()
+            width = padded_dim(dim)
+            middle = (centroids, bits, lam, is_l2, width, postings.start, block_starts, blocks,
+                      *common, enc.doc_planes, width // 8, dim)  # fmt: skip
+            return IVFOne(KF.ivf_lut_fused, middle, self._checks(postings, True))
+        if enc.query_kind == "planes":
+            qplanes = enc.query_planes
+            middle = (centroids, bits, lam, is_l2, qplanes, qplanes * padded_dim(dim) // 8,
+                      postings.start, np.asarray(postings.codes).view(np.uint64), *common,
+                      enc.doc_planes, enc.words_per_plane(dim), dim)  # fmt: skip
+            return IVFOne(KF.ivf_planes_fused, middle, self._checks(postings, False))
+        middle = (centroids, bits, lam, is_l2, postings.start, np.asarray(postings.codes),
+                  *common, dim)  # fmt: skip
+        return IVFOne(KF.ivf_bytes_fused, middle, self._checks(postings, False))
+
+
+class ResidualScanner(Scanner):
+    """Float residual queries ``q - c`` against plane or byte docs (the float list scan)."""
+
+    scaled = False
+
+    def _scale(self) -> tuple[np.ndarray, np.ndarray]:
+        return _EMPTY_F32, _EMPTY_F32
+
+    def ivf_one(self, postings, centroids, list_cc):
+        q = self.quantizer
+        enc = q.encoding_
+        if enc.query_bits is not None:
+            return None
+        dim = q.dim_
+        scale, offset = self._scale()
+        middle = (centroids, self.scaled, scale, offset, q.similarity_.is_distance,
+                  postings.start, np.asarray(postings.codes), postings.factors, postings.ids,
+                  list_cc, enc.doc_planes, padded_dim(dim) // 8, dim)  # fmt: skip
+        return IVFOne(KF.ivf_float_fused, middle, self._checks(postings, False))
+
+
+class ScaledScanner(ResidualScanner):
+    """int8 ``per_dim`` float queries ``s ∘ q`` (the scales and offsets of the fit)."""
+
+    scaled = True
+
+    def _scale(self):
+        q = self.quantizer
+        return (np.ascontiguousarray(q.scale_, dtype=np.float32),
+                np.ascontiguousarray(q.offset_, dtype=np.float32))  # fmt: skip
+
+
+class GridScanner(Scanner):
+    """int8 ``global``: residual queries coded on the docs' fixed grid, the byte scan."""
+
+    def ivf_one(self, postings, centroids, list_cc):
+        q = self.quantizer
+        middle = (centroids, float(q.lower_), float(q.upper_), float(q.alpha_),
+                  float(q.inv_alpha_), int(q.levels_), q.similarity_.is_distance,
+                  postings.start, np.asarray(postings.codes), postings.factors, postings.ids,
+                  list_cc, q.dim_)  # fmt: skip
+        return IVFOne(KF.ivf_grid_fused, middle, self._checks(postings, False))
