@@ -32,7 +32,7 @@ from bbqlib.encoding import get_encoding
 from bbqlib.index.ivf import plan as S
 from bbqlib.index.ivf import storage as ST
 from bbqlib.packing import pack_planes, plane_words
-from bbqlib.quantizers.osq import quantize_pairs, quantize_rows
+from bbqlib.quantizers.osq.math import quantize_pairs, quantize_rows
 from bbqlib.scoring import dedup_topk
 
 DATA = SHARED / "data"

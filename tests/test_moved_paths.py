@@ -20,7 +20,10 @@ import pytest
 from bbqlib._deprecated import REMOVED_IN
 
 #: Old module path -> new module path, for every module moved (filled as modules move).
-MOVED: dict[str, str] = {}
+MOVED: dict[str, str] = {
+    "bbqlib.quantizers.bbq": "bbqlib.quantizers.osq.quantizer",
+    "bbqlib.quantizers.lucene_osq": "bbqlib.quantizers.osq.lucene",
+}
 
 
 def test_every_moved_module_gives_the_new_objects_with_a_warning():

@@ -1,8 +1,8 @@
 """Quantizers: BBQ (OSQ), RaBitQ, int8 scalar quantization."""
 
 from .base import Quantizer
-from .bbq import BBQQuantizer
 from .encoded import EncodedVectors
+from .osq.quantizer import BBQQuantizer
 from .rabitq import RaBitQQuantizer
 from .registry import quantizer_from_state, register_quantizer
 from .saq import SAQQuantizer

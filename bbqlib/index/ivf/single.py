@@ -24,7 +24,7 @@ from ..._kernels import single as KO
 from ..._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE
 from ...encoding import padded_dim
 from ...io.blocks import row_bytes
-from ...quantizers.osq import DEFAULT_ITERS, DEFAULT_LAMBDA
+from ...quantizers.osq.math import DEFAULT_ITERS, DEFAULT_LAMBDA
 from ...scoring import SCORE_KINDS, candidate_count, check_oversample, pad_value, result_columns
 from ...scoring.stored import stored_exact_values
 from ...similarity import Similarity

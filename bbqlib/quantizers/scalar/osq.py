@@ -8,8 +8,8 @@ import numpy as np
 
 from ... import scoring
 from ..._params import Integer, Options, validate_params
-from ..bbq import BBQQuantizer
 from ..encoded import EncodedVectors
+from ..osq.quantizer import BBQQuantizer
 from ..registry import register_quantizer
 from . import METHODS, ScalarQuantizer
 
