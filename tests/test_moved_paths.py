@@ -23,6 +23,7 @@ from bbqlib._deprecated import REMOVED_IN
 MOVED: dict[str, str] = {
     "bbqlib.quantizers.bbq": "bbqlib.quantizers.osq.quantizer",
     "bbqlib.quantizers.lucene_osq": "bbqlib.quantizers.osq.lucene",
+    "bbqlib.quantizers.rabitq_codes": "bbqlib.quantizers.rabitq.codes",
 }
 
 

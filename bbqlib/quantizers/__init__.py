@@ -3,7 +3,7 @@
 from .base import Quantizer
 from .encoded import EncodedVectors
 from .osq.quantizer import BBQQuantizer
-from .rabitq import RaBitQQuantizer
+from .rabitq.quantizer import RaBitQQuantizer
 from .registry import quantizer_from_state, register_quantizer
 from .saq import SAQQuantizer
 from .scalar import (

@@ -6,13 +6,13 @@ import math
 
 import numpy as np
 
-from .. import scoring
-from .._kernels.rabitq import bound_rerank
-from .._kernels.rabitq_query import rabitq_query_pairs
-from .._kernels.scoring import EMPTY_ID
-from .._params import Boolean, Integer
-from .._validation import check_k
-from ..encoding import (
+from ... import scoring
+from ..._kernels.rabitq import bound_rerank
+from ..._kernels.rabitq_query import rabitq_query_pairs
+from ..._kernels.scoring import EMPTY_ID
+from ..._params import Boolean, Integer
+from ..._validation import check_k
+from ...encoding import (
     ENCODINGS,
     FAMILIES,
     RABITQ_CORRECTIONS_I32,
@@ -20,11 +20,11 @@ from ..encoding import (
     Encoding,
     padded_dim,
 )
-from ..packing import pack_planes, plane_words, unpack_planes
-from .base import Quantizer
-from .encoded import EncodedVectors
-from .rabitq_codes import fast_rescale_factor, grid_codes, quantize_rows
-from .registry import register_quantizer
+from ...packing import pack_planes, plane_words, unpack_planes
+from ..base import Quantizer
+from ..encoded import EncodedVectors
+from ..registry import register_quantizer
+from .codes import fast_rescale_factor, grid_codes, quantize_rows
 
 __all__ = [
     "RaBitQQuantizer",
