@@ -24,6 +24,10 @@ MOVED: dict[str, str] = {
     "bbqlib.quantizers.bbq": "bbqlib.quantizers.osq.quantizer",
     "bbqlib.quantizers.lucene_osq": "bbqlib.quantizers.osq.lucene",
     "bbqlib.quantizers.rabitq_codes": "bbqlib.quantizers.rabitq.codes",
+    "bbqlib.quantizers.scalar": "bbqlib.quantizers.int8",
+    "bbqlib.quantizers.scalar.osq": "bbqlib.quantizers.int8.per_vector",
+    "bbqlib.quantizers.scalar.per_dim": "bbqlib.quantizers.int8.per_dim",
+    "bbqlib.quantizers.scalar.lucene_global": "bbqlib.quantizers.int8.global_interval",
 }
 
 

@@ -10,7 +10,7 @@ import bbqlib
 from bbqlib import scoring
 from bbqlib._kernels import scoring as K
 from bbqlib._validation import NotFittedError, prepare_for_similarity
-from bbqlib.quantizers.scalar import NO_CORRECTIONS, OFFSET_CORRECTIONS, ScalarQuantizer
+from bbqlib.quantizers.int8 import NO_CORRECTIONS, OFFSET_CORRECTIONS, ScalarQuantizer
 from bbqlib.similarity import exact_raw, resolve_similarity
 
 SIMILARITIES = ["cosine", "dot_product", "euclidean", "max_inner_product"]

@@ -2,16 +2,11 @@
 
 from .base import Quantizer
 from .encoded import EncodedVectors
+from .int8 import GlobalScalarQuantizer, OSQScalarQuantizer, PerDimScalarQuantizer, ScalarQuantizer
 from .osq.quantizer import BBQQuantizer
 from .rabitq.quantizer import RaBitQQuantizer
 from .registry import quantizer_from_state, register_quantizer
 from .saq import SAQQuantizer
-from .scalar import (
-    GlobalScalarQuantizer,
-    OSQScalarQuantizer,
-    PerDimScalarQuantizer,
-    ScalarQuantizer,
-)
 
 __all__ = [
     "Quantizer",
