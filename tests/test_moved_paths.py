@@ -28,6 +28,12 @@ MOVED: dict[str, str] = {
     "bbqlib.quantizers.scalar.osq": "bbqlib.quantizers.int8.per_vector",
     "bbqlib.quantizers.scalar.per_dim": "bbqlib.quantizers.int8.per_dim",
     "bbqlib.quantizers.scalar.lucene_global": "bbqlib.quantizers.int8.global_interval",
+    "bbqlib.quantizers.saq_plan": "bbqlib.quantizers.saq.plan",
+    "bbqlib.quantizers.saq_encoding": "bbqlib.quantizers.saq.encoding",
+    "bbqlib.quantizers.saq_bounds": "bbqlib.quantizers.saq.bounds",
+    "bbqlib.quantizers.saq_scoring": "bbqlib.quantizers.saq.scanner",
+    "bbqlib.quantizers.saq_search": "bbqlib.quantizers.saq.search",
+    "bbqlib.quantizers.saq_ivf": "bbqlib.quantizers.saq.lists",
 }
 
 

@@ -6,7 +6,7 @@ from .int8 import GlobalScalarQuantizer, OSQScalarQuantizer, PerDimScalarQuantiz
 from .osq.quantizer import BBQQuantizer
 from .rabitq.quantizer import RaBitQQuantizer
 from .registry import quantizer_from_state, register_quantizer
-from .saq import SAQQuantizer
+from .saq.quantizer import SAQQuantizer
 
 __all__ = [
     "Quantizer",
