@@ -157,7 +157,7 @@ class Encoding:
 
     @property
     def scan_kernels(self) -> tuple[str, ...]:
-        """Kernels that scan this row, preferred first (see :mod:`bbqlib.scoring`)."""
+        """Kernels that scan this row, preferred first (see :mod:`bbqlib.search`)."""
         if self.layout == "segments":
             return ("saq",)
         if self.query_kind == "float":

@@ -54,7 +54,7 @@ import peers  # noqa: E402
 from bbqlib import BBQQuantizer, RaBitQQuantizer, SAQQuantizer  # noqa: E402
 from bbqlib._validation import prepare_for_similarity  # noqa: E402
 from bbqlib.analysis import recall_at_k  # noqa: E402
-from bbqlib.scoring import exact_mode, exact_values, rerank_keys  # noqa: E402
+from bbqlib.search.rerank import exact_mode, exact_values, rerank_keys  # noqa: E402
 from bbqlib.similarity import exact_raw, resolve_similarity  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "saq.md"

@@ -169,8 +169,9 @@ def scorer_overhead(ds, repeats=15, m=1000):
     """CPU seconds: 1,000 ids through q.scorer vs the bulk kernel on the same docs."""
     import numba
 
-    from bbqlib import BBQQuantizer, scoring
+    from bbqlib import BBQQuantizer
     from bbqlib._kernels import scoring as KS
+    from bbqlib.layouts.scan import estimate_raw
 
     q = BBQQuantizer(bits=1, similarity="cosine").fit(ds.base)
     enc = q.encode(ds.base)
@@ -194,7 +195,7 @@ def scorer_overhead(ds, repeats=15, m=1000):
     def scorer():
         score(ids)
 
-    assert np.array_equal(score(ids), scoring.estimate_raw(qc, docs)[0, ids].astype(np.float32))
+    assert np.array_equal(score(ids), estimate_raw(qc, docs)[0, ids].astype(np.float32))
     calls = {"scorer": (scorer, 200), "bulk_same": (bulk_same, 200), "bulk_all": (bulk_all, 3)}
     t = {name: [] for name in calls}
     old = numba.get_num_threads()

@@ -33,7 +33,7 @@ from bbqlib.index.ivf import plan as S
 from bbqlib.index.ivf import storage as ST
 from bbqlib.packing import pack_planes, plane_words
 from bbqlib.quantizers.osq.math import quantize_pairs, quantize_rows
-from bbqlib.scoring import dedup_topk
+from bbqlib.search.topk import dedup_topk
 
 DATA = SHARED / "data"
 DIMS = [1, 3, 7, 63, 65, 127, 384]

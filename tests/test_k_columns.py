@@ -21,9 +21,7 @@ import bbqlib
 from bbqlib.index import single as single_flat
 from bbqlib.index.ivf import single as single_ivf
 
-finish_module = importlib.import_module(
-    "bbqlib.scoring.finish"
-)  # the name `finish` is its function
+finish_module = importlib.import_module("bbqlib.search.finish")  # the name `finish` is its function
 
 N, D = 20, 16
 SIMILARITIES = ["euclidean", "max_inner_product"]

@@ -34,6 +34,15 @@ MOVED: dict[str, str] = {
     "bbqlib.quantizers.saq_scoring": "bbqlib.quantizers.saq.scanner",
     "bbqlib.quantizers.saq_search": "bbqlib.quantizers.saq.search",
     "bbqlib.quantizers.saq_ivf": "bbqlib.quantizers.saq.lists",
+    "bbqlib.scoring": "bbqlib.search",
+    "bbqlib.scoring.candidates": "bbqlib.search.candidates",
+    "bbqlib.scoring.codes": "bbqlib.layouts.codes",
+    "bbqlib.scoring.dispatch": "bbqlib.layouts.kernels",
+    "bbqlib.scoring.finish": "bbqlib.search.finish",
+    "bbqlib.scoring.rerank": "bbqlib.search.rerank",
+    "bbqlib.scoring.scan": "bbqlib.layouts.scan",
+    "bbqlib.scoring.stored": "bbqlib.search.stored",
+    "bbqlib.scoring.topk": "bbqlib.search.topk",
 }
 
 

@@ -1,4 +1,4 @@
-"""Rerank vectors stored as float32, float16 or int8 (bbqlib.scoring.stored) in both indexes."""
+"""Rerank vectors stored as float32, float16 or int8 (bbqlib.search.stored) in both indexes."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import bbqlib
 from bbqlib import CorruptFileError, FlatIndex, IVFIndex
 from bbqlib.analysis.ground_truth import exact_knn
-from bbqlib.scoring import exact_mode, exact_values
-from bbqlib.scoring.stored import (
+from bbqlib.search.rerank import exact_mode, exact_values
+from bbqlib.search.stored import (
     check_store_vectors,
     stored_exact_values,
     stored_kind_of,

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._kernels.candidates import RECORD_TAIL
-from ..scoring import DocCodes
+from ..layouts.codes import DocCodes
 
 __all__ = ["RecordLayout", "make_records", "RECORD_TAIL"]
 

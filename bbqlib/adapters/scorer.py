@@ -1,6 +1,6 @@
-"""Candidate scorers for other engines; they live in :mod:`bbqlib.scoring.candidates`."""
+"""Candidate scorers for other engines; they live in :mod:`bbqlib.search.candidates`."""
 
-from ..scoring.candidates import (
+from ..search.candidates import (
     CandidateScorer,
     ExactScorer,
     check_ids,

@@ -18,17 +18,10 @@ import numpy as np
 from .._validation import check_k, check_vectors, owned_rows, prepare_for_similarity
 from ..index.ids import RowIds
 from ..quantizers import BBQQuantizer, Quantizer
-from ..scoring import (
-    candidate_count,
-    check_oversample,
-    check_scores,
-    exact_mode,
-    exact_values,
-    finish,
-    rerank_keys,
-    result_columns,
-    score_candidates,
-)
+from ..search import finish
+from ..search.candidates import score_candidates
+from ..search.finish import check_scores, result_columns
+from ..search.rerank import candidate_count, check_oversample, exact_mode, exact_values, rerank_keys
 from .records import RecordLayout, make_records
 
 __all__ = ["USearchIndex"]

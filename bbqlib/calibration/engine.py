@@ -24,7 +24,7 @@ from .._validation import check_vectors, prepare_for_similarity
 from ..index import IVFIndex
 from ..index.variants import flat_from_parts, ivf_coverage, ivf_fit, ivf_recoded, ivf_variant
 from ..quantizers import BBQQuantizer
-from ..scoring.stored import to_stored
+from ..search.stored import to_stored
 from ..similarity import Similarity
 from .measure import Measurement, bootstrap_bounds, measure
 from .record import Configuration

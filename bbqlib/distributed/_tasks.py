@@ -19,7 +19,7 @@ import numpy as np
 from .._validation import check_vectors, prepare_for_similarity
 from ..io.blocks import BLOCK_ROWS, row_crcs
 from ..io.streamed import StreamedContainer, crc32_combine, write_rows
-from ..scoring.stored import stored_row_bytes, to_stored
+from ..search.stored import stored_row_bytes, to_stored
 from ._dask import set_worker_threads, shared_value
 
 __all__ = [
@@ -47,7 +47,7 @@ class BuildState:
     staging: str
     vectors: str | None  # the one vector segment (.npy, preallocated), None: no vectors
     vectors_offset: int  # bytes of its .npy header
-    vector_kind: str | None = "float32"  # the stored kind (bbqlib.scoring.stored)
+    vector_kind: str | None = "float32"  # the stored kind (bbqlib.search.stored)
 
 
 def prepared(block, quantizer, dim: int) -> np.ndarray:

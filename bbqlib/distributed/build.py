@@ -127,7 +127,7 @@ def build_ivf(
     store_vectors : bool or {"float32", "float16", "int8"}, default True
         The rerank vectors, as for :class:`~bbqlib.IVFIndex` (``True``: float32); each
         worker converts its rows with the local build's own conversion
-        (:func:`bbqlib.scoring.stored.to_stored`), so the vector file is byte for byte the
+        (:func:`bbqlib.search.stored.to_stored`), so the vector file is byte for byte the
         one ``IVFIndex.add`` writes.
     refine : bool, default True
         One pass over all rows moving every centroid to the mean of its rows (stage 3),
@@ -380,7 +380,7 @@ class _Build:
         vectors, offset, kind = None, 0, index.store_vectors or None
         if kind:  # one .npy for all rows (the local writer's header): workers fill it in place
             from ..index.ivf.segments import segment_header
-            from ..scoring.stored import stored_row_bytes
+            from ..search.stored import stored_row_bytes
 
             self.vectors = self.staging / f"vectors.{secrets.token_hex(8)}.npy"
             header = segment_header(self.n, self.d, kind)

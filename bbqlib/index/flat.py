@@ -15,16 +15,10 @@ from .._validation import (
 )
 from ..io.blocks import BlockChecksums
 from ..quantizers import BBQQuantizer, EncodedVectors, Quantizer
-from ..scoring import (
-    candidate_count,
-    check_oversample,
-    check_scores,
-    exact_mode,
-    finish,
-    rerank_keys,
-    result_columns,
-)
-from ..scoring.stored import check_store_vectors, stored_exact_values, stored_rows, to_stored
+from ..search import finish
+from ..search.finish import check_scores, result_columns
+from ..search.rerank import candidate_count, check_oversample, exact_mode, rerank_keys
+from ..search.stored import check_store_vectors, stored_exact_values, stored_rows, to_stored
 from ._locks import IndexGuard
 from .flat_files import FORMAT_VERSION, read_flat, write_flat
 from .ids import RowIds, filter_rows
@@ -46,7 +40,7 @@ class FlatIndex:
         Passed to :class:`~bbqlib.BBQQuantizer` when ``quantizer`` is None.
     store_vectors : {"float32", "float16", "int8"} or bool, default "float32"
         Keep the vectors for the exact rerank, as float32 (``True``), float16 or int8 with a
-        per-vector scale (:mod:`bbqlib.scoring.stored`), or not at all (``False``: searches
+        per-vector scale (:mod:`bbqlib.search.stored`), or not at all (``False``: searches
         return quantized scores).
     oversample : float >= 1, optional
         Default rerank depth of :meth:`search` (``None``: the encoding's default).

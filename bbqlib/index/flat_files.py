@@ -23,7 +23,7 @@ from ..io.container import (
     write_container,
 )
 from ..quantizers import EncodedVectors, quantizer_from_state
-from ..scoring.stored import vector_dtype
+from ..search.stored import vector_dtype
 from .ids import RowIds
 
 __all__ = ["FORMAT_VERSION", "KIND", "write_flat", "read_flat"]

@@ -19,8 +19,10 @@ from .._kernels import single as KO
 from .._kernels.cache import has_entries
 from .._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE
 from ..encoding import padded_dim
+from ..layouts.kernels import use_lut
 from ..quantizers import BBQQuantizer
-from ..scoring import SCORE_KINDS, candidate_count, check_oversample, result_columns, use_lut
+from ..search.finish import SCORE_KINDS, result_columns
+from ..search.rerank import candidate_count, check_oversample
 from ..similarity import Similarity, scores_from_raw
 
 __all__ = [

@@ -28,7 +28,7 @@ import copy
 import numpy as np
 
 from ..quantizers import EncodedVectors, Quantizer
-from ..scoring.stored import check_store_vectors
+from ..search.stored import check_store_vectors
 from ..similarity import Similarity
 from .flat import FlatIndex
 from .ids import RowIds

@@ -353,7 +353,7 @@ def build(index, source: np.ndarray, show: bool) -> None:
     copy in the quantizer's space (a temporary file next to an index with a ``path``) is what
     is clustered and encoded.
     """
-    from ...scoring.stored import to_stored
+    from ...search.stored import to_stored
     from . import storage as ST
 
     n, d = source.shape
@@ -414,7 +414,7 @@ def add_more(index, source: np.ndarray, show: bool) -> None:
     index._assign = np.concatenate([np.asarray(index._assign), assign])
     index._set_deleted(np.concatenate([index._deleted, np.zeros(n, dtype=bool)]))
     if index.store_vectors:
-        from ...scoring.stored import to_stored
+        from ...search.stored import to_stored
 
         index._segments.append(ST.Segment(to_stored(prepared, index.store_vectors)))
     index._ntotal = n0 + n

@@ -21,8 +21,8 @@ from ..._kernels.policy import thread_scope
 from ..._params import check_int
 from ..._validation import NotFittedError
 from ...quantizers import BBQQuantizer, Quantizer
-from ...scoring import check_oversample
-from ...scoring.stored import check_store_vectors
+from ...search.rerank import check_oversample
+from ...search.stored import check_store_vectors
 from ...similarity import Similarity
 from .._locks import IndexGuard
 from ..ids import RowIds
@@ -98,7 +98,7 @@ class IVFIndex(GuardedWrites):
     store_vectors : {"float32", "float16", "int8"} or bool, default "float32"
         Keep the vectors for the exact rerank (and for re-clustering on growth) as float32
         (``True``, ``4·d`` bytes per vector), float16 (``2·d``) or int8 with a per-vector
-        scale (``d + 4``; :mod:`bbqlib.scoring.stored`), or not at all (``False``: searches
+        scale (``d + 4``; :mod:`bbqlib.search.stored`), or not at all (``False``: searches
         return quantized scores). The rerank scores the decoded rows exactly.
     visit_percentage, oversample : float, optional
         Defaults of :meth:`search` (``None``: the dynamic budget, the encoding's depth).

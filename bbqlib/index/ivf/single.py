@@ -25,8 +25,9 @@ from ..._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE
 from ...encoding import padded_dim
 from ...io.blocks import row_bytes
 from ...quantizers.osq.math import DEFAULT_ITERS, DEFAULT_LAMBDA
-from ...scoring import SCORE_KINDS, candidate_count, check_oversample, pad_value, result_columns
-from ...scoring.stored import stored_exact_values
+from ...search.finish import SCORE_KINDS, pad_value, result_columns
+from ...search.rerank import candidate_count, check_oversample
+from ...search.stored import stored_exact_values
 from ...similarity import Similarity
 from ..single import (
     SingleQueryTier,

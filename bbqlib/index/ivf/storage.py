@@ -44,7 +44,7 @@ from ...io.container import (
     read_container,
     write_container,
 )
-from ...scoring.stored import VECTOR_KINDS
+from ...search.stored import VECTOR_KINDS
 from . import binding as BI
 from .binding import postings_meta
 from .listcrc import bad_lists, list_crc, list_crcs
@@ -81,7 +81,7 @@ MAGIC = "bbqlib-ivf"
 #: (ids = rows before 4; their segments are checked whole by ``verify()`` until a save
 #: writes them a format-5 header, which computes their block checksums). 6 the kind of the
 #: vector segments (``vector_dtype`` in the header: ``"float32"``, ``"float16"``, ``"int8"``
-#: records of :mod:`bbqlib.scoring.stored`, or null; absent: float32), the block CRC32s
+#: records of :mod:`bbqlib.search.stored`, or null; absent: float32), the block CRC32s
 #: over the stored bytes of that kind, and the search defaults (``visit_percentage``,
 #: ``oversample``). Formats 1 to 5 open with float32 vectors and no search defaults. 7 lets
 #: the postings' ``factors`` have the quantizer's width (``pair_factor_width``: 4 for the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import scoring
+from ...layouts.codes import DocCodes, QueryCodes
 from ..encoded import EncodedVectors
 from ..registry import register_quantizer
 from . import ScalarQuantizer
@@ -118,7 +118,7 @@ class GlobalScalarQuantizer(ScalarQuantizer, method="global"):
             corrections["additional"] = offsets
         return EncodedVectors(codes, corrections, self.encoding_, self.dim_, 0.0, self.fingerprint_)
 
-    def _doc_codes(self, enc: EncodedVectors) -> scoring.DocCodes:
+    def _doc_codes(self, enc: EncodedVectors) -> DocCodes:
         codes = np.ascontiguousarray(enc.codes)
         l2 = self.similarity_.is_distance
         factors = np.zeros((len(enc), 4), dtype=np.float32)
@@ -127,9 +127,9 @@ class GlobalScalarQuantizer(ScalarQuantizer, method="global"):
             factors[:, 3] = self.alpha_**2 * _square_sums(codes)
         else:
             factors[:, 3] = enc.corrections["additional"]
-        return scoring.DocCodes(enc.encoding, codes, factors, enc.dim, 0.0, l2)
+        return DocCodes(enc.encoding, codes, factors, enc.dim, 0.0, l2)
 
-    def _query_codes(self, Q: np.ndarray) -> scoring.QueryCodes:
+    def _query_codes(self, Q: np.ndarray) -> QueryCodes:
         Q = self._rotated(Q)
         factors = np.zeros((len(Q), 4), dtype=np.float64)
         codes, offsets = self._codes(Q)
@@ -138,7 +138,7 @@ class GlobalScalarQuantizer(ScalarQuantizer, method="global"):
             factors[:, 3] = self.alpha_**2 * _square_sums(codes)
         else:
             factors[:, 3] = offsets
-        return scoring.QueryCodes.of(self.encoding_, codes, factors)
+        return QueryCodes.of(self.encoding_, codes, factors)
 
 
 def _fit_global(X: np.ndarray, ci: float, seed: int) -> tuple[float, float]:

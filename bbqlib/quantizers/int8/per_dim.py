@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import scoring
+from ...layouts.codes import DocCodes, QueryCodes
 from ..encoded import EncodedVectors
 from ..registry import register_quantizer
 from . import ScalarQuantizer
@@ -125,7 +125,7 @@ class PerDimScalarQuantizer(ScalarQuantizer, method="per_dim"):
         corrections = np.zeros(len(X), dtype=self.encoding_.corrections_dtype)
         return EncodedVectors(codes, corrections, self.encoding_, self.dim_, 0.0, self.fingerprint_)
 
-    def _doc_codes(self, enc: EncodedVectors) -> scoring.DocCodes:
+    def _doc_codes(self, enc: EncodedVectors) -> DocCodes:
         codes = np.ascontiguousarray(enc.codes)
         l2 = self.similarity_.is_distance
         factors = np.zeros((len(enc), 4), dtype=np.float32)
@@ -133,9 +133,9 @@ class PerDimScalarQuantizer(ScalarQuantizer, method="per_dim"):
         factors[:, 2] = codes.sum(axis=1, dtype=np.int64)
         if l2:
             factors[:, 3] = per_dim_norms(codes, self.offset_, self.scale_)
-        return scoring.DocCodes(enc.encoding, codes, factors, enc.dim, 0.0, l2)
+        return DocCodes(enc.encoding, codes, factors, enc.dim, 0.0, l2)
 
-    def _query_codes(self, Q: np.ndarray) -> scoring.QueryCodes:
+    def _query_codes(self, Q: np.ndarray) -> QueryCodes:
         # y = s ∘ u carries the scales; <m, u> and ||u||² go into add_y.
         Q = self._rotated(Q)
         factors = np.zeros((len(Q), 4), dtype=np.float64)
@@ -149,12 +149,12 @@ class PerDimScalarQuantizer(ScalarQuantizer, method="per_dim"):
         if qb is None:
             factors[:, 1] = 1.0
             factors[:, 2] = y.sum(axis=1, dtype=np.float64)
-            return scoring.QueryCodes.of(self.encoding_, y, factors)
+            return QueryCodes.of(self.encoding_, y, factors)
         codes, lower, step = minmax_codes(y, 2**qb - 1)
         factors[:, 0] = lower
         factors[:, 1] = step
         factors[:, 2] = codes.sum(axis=1, dtype=np.int64)
-        return scoring.QueryCodes.of(self.encoding_, codes, factors)
+        return QueryCodes.of(self.encoding_, codes, factors)
 
 
 def _frozen(a) -> np.ndarray:

@@ -6,8 +6,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from ... import scoring
 from ..._params import Integer, Options, validate_params
+from ...layouts.codes import DocCodes, QueryCodes
 from ..encoded import EncodedVectors
 from ..osq.quantizer import BBQQuantizer
 from ..registry import register_quantizer
@@ -69,10 +69,10 @@ class OSQScalarQuantizer(ScalarQuantizer, method="osq"):
         self._check_fitted()
         return self.bbq_.encode(X)
 
-    def _doc_codes(self, enc: EncodedVectors) -> scoring.DocCodes:
+    def _doc_codes(self, enc: EncodedVectors) -> DocCodes:
         return self.bbq_._doc_codes(enc)
 
-    def _query_codes(self, Q: np.ndarray) -> scoring.QueryCodes:
+    def _query_codes(self, Q: np.ndarray) -> QueryCodes:
         return self.bbq_._query_codes(Q)
 
     def transform_rows(self, X: np.ndarray) -> np.ndarray:

@@ -30,11 +30,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ... import scoring
 from ..._kernels import lucene_scores as KS
 from ..._kernels import osq_lucene as K
 from ..._validation import check_k, check_similarity_rules, check_vectors
 from ...encoding import Encoding, get_encoding
+from ...layouts.codes import QueryCodes
 from ...packing import pack_planes, plane_words
 from ...similarity import Similarity, resolve_similarity
 from ..encoded import EncodedVectors
@@ -320,7 +320,7 @@ def _score_factors(codes: LuceneCodes, bits: int) -> np.ndarray:
     return factors
 
 
-def query_codes(q, Q: np.ndarray) -> scoring.QueryCodes:
+def query_codes(q, Q: np.ndarray) -> QueryCodes:
     """Lucene's query levels as bbqlib's kernels take them (factors in float64).
 
     For consumers of :meth:`BBQQuantizer._query_codes` (candidate scorers, adapters): their
@@ -336,8 +336,8 @@ def query_codes(q, Q: np.ndarray) -> scoring.QueryCodes:
     factors[:, 2] = ksum
     factors[:, 3] = additional
     if enc.layout == "planes":
-        return scoring.QueryCodes("planes", plane_words(pack_planes(levels, bits)), factors, bits)
-    return scoring.QueryCodes("bytes", levels, factors)
+        return QueryCodes("planes", plane_words(pack_planes(levels, bits)), factors, bits)
+    return QueryCodes("bytes", levels, factors)
 
 
 # ------------------------------------------------------------------------------ scores

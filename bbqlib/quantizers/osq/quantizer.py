@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import scoring
 from ..._params import Integer, Real
 from ..._validation import apply_similarity, check_similarity_rules, check_vectors
 from ...encoding import padded_dim
+from ...layouts.codes import DocCodes, QueryCodes
 from ...packing import kernel_codes, pack_codes
 from ..base import Quantizer
 from ..encoded import EncodedVectors
@@ -189,7 +189,7 @@ class BBQQuantizer(Quantizer):
             codes, corrections, enc, self.dim_, self.centroid_dot_, self.fingerprint_
         )
 
-    def _doc_codes(self, enc: EncodedVectors) -> scoring.DocCodes:
+    def _doc_codes(self, enc: EncodedVectors) -> DocCodes:
         c = enc.corrections
         levels = float(2**enc.encoding.doc_bits - 1)
         factors = np.empty((len(enc), 4), dtype=np.float32)
@@ -198,7 +198,7 @@ class BBQQuantizer(Quantizer):
         factors[:, 2] = c["component_sum"]
         factors[:, 3] = c["additional"]
         row = enc.encoding
-        return scoring.DocCodes(
+        return DocCodes(
             row,
             kernel_codes(enc.codes, row.layout),
             factors,
@@ -207,7 +207,7 @@ class BBQQuantizer(Quantizer):
             self.similarity_.is_distance,
         )
 
-    def _query_codes(self, Q: np.ndarray) -> scoring.QueryCodes:
+    def _query_codes(self, Q: np.ndarray) -> QueryCodes:
         if (lucene := _lucene_mode(self)) is not None:
             return lucene.query_codes(self, Q)
         Q = self._rotated(Q)
@@ -219,7 +219,7 @@ class BBQQuantizer(Quantizer):
             factors[:, 1] = 1.0
             factors[:, 2] = y.sum(axis=1, dtype=np.float64)
             factors[:, 3] = self._query_additional(Q, y)
-            return scoring.QueryCodes.of(enc, np.ascontiguousarray(y, np.float32), factors)
+            return QueryCodes.of(enc, np.ascontiguousarray(y, np.float32), factors)
         res = quantize_rows(
             Q,
             self.centroid_,
@@ -233,7 +233,7 @@ class BBQQuantizer(Quantizer):
         factors[:, 2] = res.component_sum
         factors[:, 3] = res.additional
         packed = pack_codes(res.codes, enc.layout, enc.query_bits)
-        return scoring.QueryCodes.of(enc, kernel_codes(packed, enc.layout), factors)
+        return QueryCodes.of(enc, kernel_codes(packed, enc.layout), factors)
 
     # -- codes against list centres (IVF) -----------------------------------------------------
     def encode_pairs(self, W, rows, centres, lists):

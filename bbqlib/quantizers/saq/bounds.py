@@ -101,8 +101,8 @@ def bound_rerank_search(quantizer, Q, enc, vectors, k, allowed, eps0, cap):
     """:meth:`SAQQuantizer.search_bound_rerank` on validated queries ``Q``: ``(keys, ids,
     vectors_read)``, the optimistic key ``key + eps0 · sd`` (:func:`segment_sigma`) deciding
     which candidates are rescored (RaBitQ's kernel, :func:`bbqlib._kernels.rabitq.bound_rerank`)."""
-    from ... import scoring
     from ..._kernels.rabitq import bound_rerank
+    from ...search.topk import EMPTY_ID, merge_topk
 
     n, nq = len(enc), len(Q)
     vectors = np.asarray(vectors)
@@ -131,7 +131,7 @@ def bound_rerank_search(quantizer, Q, enc, vectors, k, allowed, eps0, cap):
         keys = sim.key(quantizer._estimate_parts(Qc, q_add, enc))
         opt = keys + eps0 * segment_sigma(quantizer, Q[q0:q1], enc)
         heap_keys = np.full((q1 - q0, k), -np.inf)
-        heap_ids = np.full((q1 - q0, k), scoring.EMPTY_ID, dtype=np.int64)
+        heap_ids = np.full((q1 - q0, k), EMPTY_ID, dtype=np.int64)
         bound_rerank(
             np.ascontiguousarray(keys, dtype=np.float64),
             np.ascontiguousarray(opt, dtype=np.float64),
@@ -144,8 +144,8 @@ def bound_rerank_search(quantizer, Q, enc, vectors, k, allowed, eps0, cap):
             heap_ids,
             reads[q0:q1],
         )
-        heap_keys, heap_ids = scoring.merge_topk(heap_keys, heap_ids, k)
-        empty = heap_ids == scoring.EMPTY_ID
+        heap_keys, heap_ids = merge_topk(heap_keys, heap_ids, k)
+        empty = heap_ids == EMPTY_ID
         out_keys[q0:q1] = np.where(empty, -np.inf, heap_keys)
         ids[q0:q1] = np.where(empty, -1, heap_ids)
     return out_keys, ids, reads

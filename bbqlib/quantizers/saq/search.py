@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import scoring
 from ..._kernels import saq as K
 from ..._kernels.lut import avx2_available
 from ..._kernels.lut import build_tables as build_nibble_tables
 from ..._kernels.policy import num_threads
 from ...packing import lut_blocks
+from ...search.topk import merge_topk
 
 __all__ = [
     "PREFILTER_Z",
@@ -180,7 +180,7 @@ def search(
                     hid,
                     rescored[q0:q1],
                 )
-            keys, hid = scoring.merge_topk(keys, hid, k)
+            keys, hid = merge_topk(keys, hid, k)
         empty = hid == EMPTY
         out[q0:q1] = np.where(empty, -np.inf, keys)
         ids[q0:q1] = np.where(empty, -1, hid)
@@ -252,12 +252,12 @@ def _plain(q, Qb, add, codes, fac, seg, is_l2, mask, id_base, k):
         K.scan_rows(tables, qconst, add, codes, fac, *seg, is_l2, mask, id_base, keys, hid)
     keys = keys.transpose(1, 0, 2).reshape(len(Qb), -1)
     hid = hid.transpose(1, 0, 2).reshape(len(Qb), -1)
-    return scoring.merge_topk(keys, hid, k)
+    return merge_topk(keys, hid, k)
 
 
 def make_scorer(q, Q, enc):
     """``score_ids(ids)``: float32 estimates of the one validated query ``Q`` [1, d]."""
-    from ...scoring import check_ids
+    from ...search.candidates import check_ids
 
     if len(Q) != 1:
         raise ValueError(
