@@ -12,8 +12,6 @@ from ._validation import NotFittedError
 from ._version import __version__
 from .encoding import ENCODINGS, Encoding, encoding_from_wire, get_encoding
 from .index import FlatIndex, IVFIndex
-from .io.container import CorruptFileError, UnsupportedFormatError
-from .io.locks import LockError, LockTimeoutError, get_lock_timeout, set_lock_timeout
 from .quantizers import (
     BBQQuantizer,
     EncodedVectors,
@@ -23,6 +21,8 @@ from .quantizers import (
     ScalarQuantizer,
 )
 from .similarity import Similarity
+from .storage.container import CorruptFileError, UnsupportedFormatError
+from .storage.locks import LockError, LockTimeoutError, get_lock_timeout, set_lock_timeout
 from .threads import get_num_threads, set_num_threads, thread_limit
 from .warmup import start_numba as _start_numba
 from .warmup import warmup

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .io.container import read_kind
+from .storage.container import read_kind
 
 __all__ = ["load"]
 

@@ -8,10 +8,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .io.atomic import file_lock_path, path_lock, remove_temp_files
-from .io.container import CorruptFileError, read_container, read_kind
-from .io.locks import LockError, LockTimeoutError, lock_holder
-from .io.vectors import SUPPORTED_SUFFIXES, read_vectors
+from .formats.vectors import SUPPORTED_SUFFIXES, read_vectors
+from .storage.atomic import file_lock_path, path_lock, remove_temp_files
+from .storage.container import CorruptFileError, read_container, read_kind
+from .storage.locks import LockError, LockTimeoutError, lock_holder
 
 __all__ = ["RepairReport", "repair"]
 

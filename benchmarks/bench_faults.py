@@ -333,8 +333,8 @@ def costs(repeats: int) -> list[dict]:
     from bbqlib.index.ivf import files as F
     from bbqlib.index.ivf import storage as ST
     from bbqlib.index.ivf.segments import Segment
-    from bbqlib.io import atomic
-    from bbqlib.io import container as CT
+    from bbqlib.storage import atomic
+    from bbqlib.storage import container as CT
 
     rows = []
     work = Path(tempfile.mkdtemp(prefix="bbqcost"))
@@ -424,8 +424,8 @@ def hdf5_costs(repeats: int) -> list[dict]:
     import _common as C
     import h5py
 
-    from bbqlib.io import (
-        hdf5_guard,
+    from bbqlib.formats import hdf5_guard
+    from bbqlib.formats.ann_benchmarks import (
         read_ann_benchmarks,
         read_ann_benchmarks_metric,
         write_ann_benchmarks,

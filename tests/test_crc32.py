@@ -9,7 +9,7 @@ import pytest
 
 from bbqlib import CorruptFileError
 from bbqlib._kernels import crc32 as KC
-from bbqlib.io.blocks import BlockChecksums, BlockCRCWriter, row_bytes, row_crcs
+from bbqlib.storage.blocks import BlockChecksums, BlockCRCWriter, row_bytes, row_crcs
 
 
 def _crc_rows(rows: np.ndarray) -> list[int]:

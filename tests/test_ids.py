@@ -251,7 +251,7 @@ def test_flat_ids_and_tombstones_round_trip_through_files(make, tmp_path):
 
 
 def test_flat_default_ids_write_no_id_section(tmp_path):
-    from bbqlib.io.container import read_container
+    from bbqlib.storage.container import read_container
 
     X, _ = _data()
     index = _flat()

@@ -616,7 +616,7 @@ def _flip_bits(path: Path, offset: int, mask: int) -> None:
 
 
 def _section(path: Path, name: str) -> dict:
-    from bbqlib.io.container import _PREFIX
+    from bbqlib.storage.container import _PREFIX
 
     with open(path, "rb") as f:
         prefix = f.read(_PREFIX.size)

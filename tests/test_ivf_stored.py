@@ -17,8 +17,8 @@ import pytest
 from bbqlib import CorruptFileError, IVFIndex
 from bbqlib.analysis.ground_truth import exact_knn
 from bbqlib.datasets import load_demo_sample
-from bbqlib.io.container import read_container, write_container
 from bbqlib.search.stored import stored_kind_of, stored_rows, to_stored
+from bbqlib.storage.container import read_container, write_container
 
 KINDS = ("float32", "float16", "int8")
 

@@ -22,7 +22,13 @@ FLOORS = [
         ),
     ),
     ("kernels", ("bbqlib._kernels",)),
-    ("basics", ("bbqlib.packing", "bbqlib._validation", "bbqlib.transforms", "bbqlib.io")),
+    (
+        "basics",
+        (
+            "bbqlib.packing", "bbqlib._validation", "bbqlib.transforms", "bbqlib.storage",
+            "bbqlib.formats", "bbqlib.io",  # bbqlib.io: the shims of storage's and formats'
+        ),
+    ),
     # bbqlib.scoring holds only the shims of the modules now in layouts and search
     ("layouts+search", ("bbqlib.layouts", "bbqlib.search", "bbqlib.scoring")),
     ("quantizers", ("bbqlib.quantizers",)),

@@ -43,6 +43,17 @@ MOVED: dict[str, str] = {
     "bbqlib.scoring.scan": "bbqlib.layouts.scan",
     "bbqlib.scoring.stored": "bbqlib.search.stored",
     "bbqlib.scoring.topk": "bbqlib.search.topk",
+    "bbqlib.io": "bbqlib.formats",
+    "bbqlib.io.ann_benchmarks": "bbqlib.formats.ann_benchmarks",
+    "bbqlib.io.atomic": "bbqlib.storage.atomic",
+    "bbqlib.io.blocks": "bbqlib.storage.blocks",
+    "bbqlib.io.container": "bbqlib.storage.container",
+    "bbqlib.io.errors": "bbqlib.storage.errors",
+    "bbqlib.io.hdf5_guard": "bbqlib.formats.hdf5_guard",
+    "bbqlib.io.locks": "bbqlib.storage.locks",
+    "bbqlib.io.preload": "bbqlib.storage.preload",
+    "bbqlib.io.streamed": "bbqlib.storage.streamed",
+    "bbqlib.io.vectors": "bbqlib.formats.vectors",
 }
 
 

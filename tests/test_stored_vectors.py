@@ -188,7 +188,7 @@ def test_flat_bound_rerank_reads_int8_rows(data):
 
 
 def test_flat_file_with_wrong_vectors_is_corrupt(data, tmp_path):
-    from bbqlib.io.container import read_container, write_container
+    from bbqlib.storage.container import read_container, write_container
 
     X, _, _ = data
     index = FlatIndex(bits=1, similarity="cosine", store_vectors="float16")

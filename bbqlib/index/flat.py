@@ -13,12 +13,12 @@ from .._validation import (
     owned_rows,
     prepare_for_similarity,
 )
-from ..io.blocks import BlockChecksums
 from ..quantizers import BBQQuantizer, EncodedVectors, Quantizer
 from ..search import finish
 from ..search.finish import check_scores, result_columns
 from ..search.rerank import candidate_count, check_oversample, exact_mode, rerank_keys
 from ..search.stored import check_store_vectors, stored_exact_values, stored_rows, to_stored
+from ..storage.blocks import BlockChecksums
 from ._locks import IndexGuard
 from .flat_files import FORMAT_VERSION, read_flat, write_flat
 from .ids import RowIds, filter_rows
@@ -373,7 +373,7 @@ class FlatIndex:
 
     # -- files ------------------------------------------------------------------------------
     def save(self, path) -> Path:
-        """Write the index to one checksummed file, atomically (see :mod:`bbqlib.io.container`).
+        """Write the index to one checksummed file, atomically (:mod:`bbqlib.storage.container`).
 
         Holds the path's advisory lock while writing (and removes temporary files that
         killed writers of ``path`` left). Thread-safe: a concurrent :meth:`add` waits. A

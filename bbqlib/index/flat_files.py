@@ -1,9 +1,9 @@
 """A :class:`~bbqlib.FlatIndex` in one container file: what it holds, writing and reading it.
 
-The container (:mod:`bbqlib.io.container`) checks every section's CRC32 when it opens a file.
+The container (:mod:`bbqlib.storage.container`) checks every section's CRC32 when it opens a file.
 The float vectors are most of a flat file (1,536 of about 1,600 bytes per vector at d = 384),
 and a search reads only its rerank candidates' rows of them. So since format 5 the file also
-holds one CRC32 per block of :data:`~bbqlib.io.blocks.BLOCK_ROWS` rows, and a memory-mapped
+holds one CRC32 per block of :data:`~bbqlib.storage.blocks.BLOCK_ROWS` rows, and a memory-mapped
 load checks each block on its first read instead of reading every row at ``load``.
 """
 
@@ -13,17 +13,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io.atomic import clean_orphans
-from ..io.blocks import BLOCK_ROWS, BlockChecksums, advise_random
-from ..io.container import (
+from ..quantizers import EncodedVectors, quantizer_from_state
+from ..search.stored import vector_dtype
+from ..storage.atomic import clean_orphans
+from ..storage.blocks import BLOCK_ROWS, BlockChecksums, advise_random
+from ..storage.container import (
     CorruptFileError,
     check_format_version,
     crc32_of,
     open_container,
     write_container,
 )
-from ..quantizers import EncodedVectors, quantizer_from_state
-from ..search.stored import vector_dtype
 from .ids import RowIds
 
 __all__ = ["FORMAT_VERSION", "KIND", "write_flat", "read_flat"]

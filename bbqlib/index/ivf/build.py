@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..._kernels import ivf as KI
-from ...io.atomic import temp_path
+from ...storage.atomic import temp_path
 from .postings import Postings
 
 __all__ = [
@@ -335,7 +335,7 @@ def split_large_lists(index) -> None:
 def prepared_batches(index, source, show: bool, desc: str):
     """Validated, similarity-prepared float32 blocks of ``source``."""
     from ..._validation import check_vectors, prepare_for_similarity
-    from ...io.vectors import iter_vector_batches
+    from ...formats.vectors import iter_vector_batches
 
     dim = source.shape[1]
     bar = progress_bar(show, source.shape[0], desc)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from ...io.atomic import resolve_target
+from ...storage.atomic import resolve_target
 from .._locks import IndexGuard
 from . import files as F
 from . import storage as ST

@@ -383,7 +383,7 @@ class IVFIndex(GuardedWrites):
 
         ``preload=True`` reads the posting lists into the page cache now (as
         Elasticsearch's ``index.store.preload``), so that the first searches do not wait for
-        the disk (:func:`bbqlib.io.preload.preload_arrays`); with :func:`bbqlib.warmup` the
+        the disk (:func:`bbqlib.storage.preload.preload_arrays`); with :func:`bbqlib.warmup` the
         first query then costs about what later ones do.
 
         Raises ``FileNotFoundError`` when ``path`` holds no index (after removing what a
@@ -403,7 +403,7 @@ class IVFIndex(GuardedWrites):
         F.load_into(index, path, opened)  # the stored quantizer replaces BBQQuantizer()
         index._fitted = True
         if preload:
-            from ...io.preload import preload_arrays
+            from ...storage.preload import preload_arrays
 
             preload_arrays(index._postings.arrays().values())
         return index

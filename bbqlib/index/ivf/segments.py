@@ -20,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ...io.atomic import atomic_path
-from ...io.blocks import BLOCK_ROWS, BlockChecksums, BlockCRCWriter, advise_random
-from ...io.container import crc32_of
-from ...io.errors import CorruptFileError
 from ...search.stored import stored_kind_of, to_stored, vector_dtype
+from ...storage.atomic import atomic_path
+from ...storage.blocks import BLOCK_ROWS, BlockChecksums, BlockCRCWriter, advise_random
+from ...storage.container import crc32_of
+from ...storage.errors import CorruptFileError
 
 __all__ = ["Segment", "write_segment", "segment_header", "map_segment", "with_block_checksums"]
 
@@ -66,7 +66,7 @@ def write_segment(
     :func:`bbqlib.search.stored.to_stored`) or rows already of ``kind``. The row count is
     not needed in advance: the ``.npy`` header is rewritten at the end (its length does not
     change, NumPy pads it to a fixed 64-byte multiple, and we reserve room for a 20-digit
-    count). The CRC32 of the data and of every block of :data:`~bbqlib.io.blocks.BLOCK_ROWS`
+    count). The CRC32 of the data and of every block of :data:`~bbqlib.storage.blocks.BLOCK_ROWS`
     rows (over the stored bytes of ``kind``) are recorded.
     ``expect_crc``: the CRC32 the copied rows must have (a stored segment copied elsewhere);
     on a mismatch nothing is written and ``CorruptFileError`` is raised.

@@ -23,12 +23,12 @@ from ..._kernels import rerank as KR
 from ..._kernels import single as KO
 from ..._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE
 from ...encoding import padded_dim
-from ...io.blocks import row_bytes
 from ...quantizers.osq.math import DEFAULT_ITERS, DEFAULT_LAMBDA
 from ...search.finish import SCORE_KINDS, pad_value, result_columns
 from ...search.rerank import candidate_count, check_oversample
 from ...search.stored import stored_exact_values
 from ...similarity import Similarity
+from ...storage.blocks import row_bytes
 from ..single import (
     SingleQueryTier,
     finish_scores,

@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from ..._validation import check_source
-from ...io.vectors import read_vectors
+from ...formats.vectors import read_vectors
 from ...search.stored import stored_rows
 from . import build as B
 from . import files as F
