@@ -32,12 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
 
-from bbqlib.adapters.ann_benchmarks import BBQIVF, BBQFlat, BBQUSearch  # noqa: E402
 from bbqlib.formats.ann_benchmarks import (  # noqa: E402
     read_ann_benchmarks,
     read_ann_benchmarks_metric,
     write_ann_benchmarks,
 )
+from bbqlib.integrations.ann_benchmarks import BBQIVF, BBQFlat, BBQUSearch  # noqa: E402
 
 K = 10
 EPSILON = 1e-3  # ann-benchmarks' tie tolerance on distances
@@ -392,7 +392,7 @@ def main(argv=None) -> int:
         "Recall as ann-benchmarks' knn metric: a result counts when its true distance is <= "
         "the 10th true distance + 1e-3.",
         "Every algorithm is driven through the BaseANN shape (fit, set_query_arguments, "
-        "batch_query, get_batch_results); bbqlib's through bbqlib.adapters.ann_benchmarks. "
+        "batch_query, get_batch_results); bbqlib's through bbqlib.integrations.ann_benchmarks. "
         "Queries on 1 thread (numba, faiss OpenMP, hnswlib/usearch threads=1), best of "
         f"{args.runs} batch runs; builds on {args.build_threads} threads.",
         "bbqlib settings: flat = oversample sweep (rerank on float vectors); IVF = "

@@ -1,4 +1,4 @@
-"""usearch HNSW over BBQ codes (bbqlib.adapters.usearch) next to usearch f32 / i8 and hnswlib.
+"""usearch HNSW over BBQ codes (bbqlib.integrations.usearch) next to usearch f32 / i8 and hnswlib.
 
 On debian-minilm-384 (first 300 queries, ``gt_ip``): recall@10 and single-thread QPS over an
 ``expansion_search`` / ``ef`` sweep, the fastest setting of each index at matching recall, and
@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 import peers  # noqa: E402
 
-from bbqlib.adapters.usearch import USearchIndex  # noqa: E402
 from bbqlib.analysis.recall import recall_at_k  # noqa: E402
+from bbqlib.integrations.usearch import USearchIndex  # noqa: E402
 
 DATASET = "debian-minilm-384"
 EF_SWEEP = (16, 32, 64, 128, 256, 512)

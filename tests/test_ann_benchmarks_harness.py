@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 from paths import ROOT, SHARED
 
-from bbqlib.adapters.ann_benchmarks_plugin import DEFINITIONS, MODULE, register_dataset
 from bbqlib.cli import load_demo_sample
+from bbqlib.integrations.ann_benchmarks_plugin import DEFINITIONS, MODULE, register_dataset
 
 REPO = ROOT
 #: ``../shared/peers`` beside the checkout; BBQLIB_PEERS points elsewhere (e.g. from a worktree).

@@ -54,6 +54,16 @@ MOVED: dict[str, str] = {
     "bbqlib.io.preload": "bbqlib.storage.preload",
     "bbqlib.io.streamed": "bbqlib.storage.streamed",
     "bbqlib.io.vectors": "bbqlib.formats.vectors",
+    "bbqlib.adapters": "bbqlib.integrations",
+    "bbqlib.adapters.ann_benchmarks": "bbqlib.integrations.ann_benchmarks",
+    "bbqlib.adapters.ann_benchmarks_plugin": "bbqlib.integrations.ann_benchmarks_plugin",
+    "bbqlib.adapters.arrow": "bbqlib.integrations.exchange",
+    "bbqlib.adapters.faiss": "bbqlib.integrations.faiss",
+    "bbqlib.adapters.hnswlib": "bbqlib.integrations.hnswlib",
+    "bbqlib.adapters.records": "bbqlib.integrations.records",
+    "bbqlib.adapters.scorer": "bbqlib.search.candidates",
+    "bbqlib.adapters.usearch": "bbqlib.integrations.usearch",
+    "bbqlib.io.exchange": "bbqlib.integrations.exchange",
 }
 
 

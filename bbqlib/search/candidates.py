@@ -177,7 +177,7 @@ def exact_scorer(query, vectors, similarity="cosine") -> ExactScorer:
     Examples
     --------
     >>> import numpy as np
-    >>> from bbqlib.adapters import exact_scorer
+    >>> from bbqlib.integrations import exact_scorer
     >>> X = np.eye(3, dtype=np.float32)
     >>> exact_scorer(X[0], X, "euclidean")([0, 1]).tolist()
     [0.0, 2.0]

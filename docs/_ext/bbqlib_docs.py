@@ -32,12 +32,12 @@ API_MODULES = [
     ("bbqlib.storage", "Files: bbqlib's containers, atomic writes, locks"),
     ("bbqlib.formats", "Vector files, ann-benchmarks HDF5"),
     ("bbqlib.distributed", "On a Dask cluster: encode, IVF build, sharded search"),
-    ("bbqlib.io.exchange", "Exchange format: NumPy, records, Arrow"),
-    ("bbqlib.adapters", "Adapters: scorers for other engines"),
-    ("bbqlib.adapters.usearch", "usearch adapter"),
-    ("bbqlib.adapters.faiss", "faiss adapter"),
-    ("bbqlib.adapters.hnswlib", "hnswlib adapter"),
-    ("bbqlib.adapters.ann_benchmarks", "ann-benchmarks wrappers"),
+    ("bbqlib.integrations.exchange", "Exchange format: NumPy, records, Arrow"),
+    ("bbqlib.integrations", "Integrations: scorers for other engines"),
+    ("bbqlib.integrations.usearch", "usearch adapter"),
+    ("bbqlib.integrations.faiss", "faiss adapter"),
+    ("bbqlib.integrations.hnswlib", "hnswlib adapter"),
+    ("bbqlib.integrations.ann_benchmarks", "ann-benchmarks wrappers"),
     ("bbqlib.datasets", "Bundled sample"),
 ]
 
