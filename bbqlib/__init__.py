@@ -6,12 +6,11 @@ on float vectors. See the README for a tour. :func:`calibrate` finds the cheapes
 that meets a recall target on your vectors (imported on first use, like :func:`sizing`).
 """
 
-from ._load import load
-from ._repair import RepairReport, repair
 from ._validation import NotFittedError
 from ._version import __version__
 from .encoding import ENCODINGS, Encoding, encoding_from_wire, get_encoding
 from .index import FlatIndex, IVFIndex
+from .index.lifecycle import RepairReport, load, repair
 from .quantizers import (
     BBQQuantizer,
     EncodedVectors,

@@ -68,9 +68,9 @@ def _saved_index_kernels() -> None:
 
     from ._kernels import single as KO
     from ._kernels.cache import has_entries
-    from ._load import load
-    from .index.flat import FlatIndex
+    from .index.flat.index import FlatIndex
     from .index.ivf import IVFIndex
+    from .index.lifecycle import load
 
     flat = has_entries(KO.flat_lut_one)
     ivf = has_entries(KO.ivf_search_fused)
@@ -147,7 +147,7 @@ def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
     if len(index) == 0:
         raise ValueError("index is empty: add vectors before warmup (kernels depend on them)")
     rerank = bool(getattr(index, "store_vectors", True))  # indexes without vectors search raw
-    from .index.flat import FlatIndex
+    from .index.flat.index import FlatIndex
     from .index.ivf.single import IVF_TIER
     from .index.single import FLAT_TIER
 

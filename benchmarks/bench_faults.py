@@ -326,9 +326,9 @@ def costs(repeats: int) -> list[dict]:
     from fault_harness import unit_rows
 
     import bbqlib
-    from bbqlib.index import _locks
-    from bbqlib.index import flat as FL
-    from bbqlib.index import flat_files as FF
+    from bbqlib.index import guard as _locks
+    from bbqlib.index.flat import files as FF
+    from bbqlib.index.flat import index as FL
     from bbqlib.index.ivf import binding as BI
     from bbqlib.index.ivf import files as F
     from bbqlib.index.ivf import storage as ST

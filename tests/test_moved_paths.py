@@ -63,6 +63,8 @@ MOVED: dict[str, str] = {
     "bbqlib.adapters.records": "bbqlib.integrations.records",
     "bbqlib.adapters.scorer": "bbqlib.search.candidates",
     "bbqlib.adapters.usearch": "bbqlib.integrations.usearch",
+    "bbqlib.index.flat_files": "bbqlib.index.flat.files",
+    "bbqlib.index.variants": "bbqlib.calibration.parts",
     "bbqlib.io.exchange": "bbqlib.integrations.exchange",
 }
 

@@ -560,8 +560,8 @@ def test_tier_opens_when_the_kernel_is_compiled_or_cached():
 @pytest.mark.parametrize("kind", ["flat", "ivf"])
 def test_a_closed_tier_answers_by_the_batch_path(kind, make_vectors, monkeypatch):
     """Same results either way; the single path runs once the tier opens (warmup(index))."""
-    from bbqlib.index import flat as flat_module
     from bbqlib.index import single
+    from bbqlib.index.flat import index as flat_module
 
     X = make_vectors(600, 24, kind="clustered", seed=3)
     if kind == "flat":

@@ -284,7 +284,7 @@ class QuantizedFlat(_BaseANN):
         self.oversample = None
 
     def _build(self, X):
-        from ..index.flat import FlatIndex
+        from ..index.flat.index import FlatIndex
 
         quantizer = FLAT_FLAVOURS[self.flavour](self.bits, self.similarity, **self.quantizer_params)
         self.index = FlatIndex(quantizer)

@@ -14,7 +14,7 @@ import contextlib
 from pathlib import Path
 
 from ...storage.atomic import resolve_target
-from .._locks import IndexGuard
+from ..guard import IndexGuard
 from . import files as F
 from . import storage as ST
 

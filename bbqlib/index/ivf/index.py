@@ -24,7 +24,7 @@ from ...quantizers import BBQQuantizer, Quantizer
 from ...search.rerank import check_oversample
 from ...search.stored import check_store_vectors
 from ...similarity import Similarity
-from .._locks import IndexGuard
+from ..guard import IndexGuard
 from ..ids import RowIds
 from . import batch as S
 from . import files as F

@@ -6,23 +6,23 @@ from pathlib import Path
 
 import numpy as np
 
-from .._validation import (
+from ..._validation import (
     NotFittedError,
     check_source,
     check_vectors,
     owned_rows,
     prepare_for_similarity,
 )
-from ..quantizers import BBQQuantizer, EncodedVectors, Quantizer
-from ..search import finish
-from ..search.finish import check_scores, result_columns
-from ..search.rerank import candidate_count, check_oversample, exact_mode, rerank_keys
-from ..search.stored import check_store_vectors, stored_exact_values, stored_rows, to_stored
-from ..storage.blocks import BlockChecksums
-from ._locks import IndexGuard
-from .flat_files import FORMAT_VERSION, read_flat, write_flat
-from .ids import RowIds, filter_rows
-from .single import FLAT_TIER, flat_search_one
+from ...quantizers import BBQQuantizer, EncodedVectors, Quantizer
+from ...search import finish
+from ...search.finish import check_scores, result_columns
+from ...search.rerank import candidate_count, check_oversample, exact_mode, rerank_keys
+from ...search.stored import check_store_vectors, stored_exact_values, stored_rows, to_stored
+from ...storage.blocks import BlockChecksums
+from ..guard import IndexGuard
+from ..ids import RowIds, filter_rows
+from ..single import FLAT_TIER, flat_search_one
+from .files import FORMAT_VERSION, read_flat, write_flat
 
 __all__ = ["FlatIndex", "FORMAT_VERSION"]
 
