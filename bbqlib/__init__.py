@@ -6,6 +6,7 @@ on float vectors. See the README for a tour. :func:`calibrate` finds the cheapes
 that meets a recall target on your vectors (imported on first use, like :func:`sizing`).
 """
 
+from . import threads as _threads_path  # noqa: F401  (keeps bbqlib.threads, a shim, bound)
 from ._validation import NotFittedError
 from ._version import __version__
 from .encoding import ENCODINGS, Encoding, encoding_from_wire, get_encoding
@@ -19,10 +20,10 @@ from .quantizers import (
     SAQQuantizer,
     ScalarQuantizer,
 )
+from .runtime.threads import get_num_threads, set_num_threads, thread_limit
 from .similarity import Similarity
 from .storage.container import CorruptFileError, UnsupportedFormatError
 from .storage.locks import LockError, LockTimeoutError, get_lock_timeout, set_lock_timeout
-from .threads import get_num_threads, set_num_threads, thread_limit
 from .warmup import start_numba as _start_numba
 from .warmup import warmup
 

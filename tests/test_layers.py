@@ -37,7 +37,7 @@ FLOORS = [
         "applications",
         (
             "bbqlib.analysis", "bbqlib.integrations", "bbqlib.adapters", "bbqlib.distributed",
-            "bbqlib.cli", "bbqlib.__main__", "bbqlib.threads",
+            "bbqlib.cli", "bbqlib.__main__", "bbqlib.runtime", "bbqlib.threads",
             "bbqlib.warmup", "bbqlib.datasets",
             "bbqlib.calibration",
         ),

@@ -35,6 +35,7 @@ MOVED: dict[str, str] = {
     "bbqlib.quantizers.saq_search": "bbqlib.quantizers.saq.search",
     "bbqlib.quantizers.saq_ivf": "bbqlib.quantizers.saq.lists",
     "bbqlib.scoring": "bbqlib.search",
+    "bbqlib.threads": "bbqlib.runtime.threads",
     "bbqlib.scoring.candidates": "bbqlib.search.candidates",
     "bbqlib.scoring.codes": "bbqlib.layouts.codes",
     "bbqlib.scoring.dispatch": "bbqlib.layouts.kernels",
@@ -162,3 +163,10 @@ def test_a_shim_package_keeps_its_submodules(toy):
     assert not hasattr(new, "sub")
     with pytest.warns(FutureWarning):
         assert sub.Thing is new.Thing
+
+
+def test_bbqlib_threads_stays_an_attribute_of_the_package():
+    import bbqlib  # the documented bbqlib.threads.threading_layer() needs no import of its own
+
+    with pytest.warns(FutureWarning, match="bbqlib.runtime.threads"):
+        assert bbqlib.threads.get_num_threads is bbqlib.get_num_threads
