@@ -6,14 +6,12 @@ on float vectors. See the README for a tour. :func:`calibrate` finds the cheapes
 that meets a recall target on your vectors (imported on first use, like :func:`sizing`).
 """
 
-from ._load import load
-from ._repair import RepairReport, repair
+from . import threads as _threads_path  # noqa: F401  (keeps bbqlib.threads, a shim, bound)
 from ._validation import NotFittedError
 from ._version import __version__
 from .encoding import ENCODINGS, Encoding, encoding_from_wire, get_encoding
 from .index import FlatIndex, IVFIndex
-from .io.container import CorruptFileError, UnsupportedFormatError
-from .io.locks import LockError, LockTimeoutError, get_lock_timeout, set_lock_timeout
+from .index.lifecycle import RepairReport, load, repair
 from .quantizers import (
     BBQQuantizer,
     EncodedVectors,
@@ -22,8 +20,10 @@ from .quantizers import (
     SAQQuantizer,
     ScalarQuantizer,
 )
+from .runtime.threads import get_num_threads, set_num_threads, thread_limit
 from .similarity import Similarity
-from .threads import get_num_threads, set_num_threads, thread_limit
+from .storage.container import CorruptFileError, UnsupportedFormatError
+from .storage.locks import LockError, LockTimeoutError, get_lock_timeout, set_lock_timeout
 from .warmup import start_numba as _start_numba
 from .warmup import warmup
 

@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from ._version import __version__
-from .adapters import ann_benchmarks_plugin
 from .analysis.ground_truth import exact_knn
 from .analysis.recall import recall_at_k
 from .datasets import load_demo_sample
 from .encoding import get_encoding
+from .formats.vectors import read_vectors
 from .index import FlatIndex
-from .io.vectors import read_vectors
+from .integrations import ann_benchmarks_plugin
 from .similarity import resolve_similarity
 
 __all__ = ["main", "load_demo_sample", "evaluate", "format_table"]

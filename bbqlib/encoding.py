@@ -35,7 +35,7 @@ Layouts
     One unsigned byte per (unpadded) dimension; quantized queries too.
 ``segments``
     SAQ: every coded segment's top bit plane first (plan order), then each segment's lower
-    planes (:mod:`bbqlib.quantizers.saq_plan`), so a row's prefix holds the leading segments'
+    planes (:mod:`bbqlib.quantizers.saq.plan`), so a row's prefix holds the leading segments'
     top planes; scanned by SAQ's own kernels.
 
 Corrections are little-endian structured records. OSQ's are ``(lower, upper, additional,
@@ -157,7 +157,7 @@ class Encoding:
 
     @property
     def scan_kernels(self) -> tuple[str, ...]:
-        """Kernels that scan this row, preferred first (see :mod:`bbqlib.scoring`)."""
+        """Kernels that scan this row, preferred first (see :mod:`bbqlib.search`)."""
         if self.layout == "segments":
             return ("saq",)
         if self.query_kind == "float":

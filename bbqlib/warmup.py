@@ -69,9 +69,9 @@ def _saved_index_kernels() -> None:
     from ._kernels import fused as KF
     from ._kernels import single as KO
     from ._kernels.cache import has_entries
-    from ._load import load
-    from .index.flat import FlatIndex
+    from .index.flat.index import FlatIndex
     from .index.ivf import IVFIndex
+    from .index.lifecycle import load
 
     flat = has_entries(KO.flat_lut_one)
     ivf = has_entries(KF.ivf_lut_fused)

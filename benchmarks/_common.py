@@ -272,7 +272,7 @@ class Timing:
 def exact_rerank(queries, vectors, ids, k: int, sim):
     """Exact rerank of candidate ``ids`` (prepared queries and vectors): ``(keys, ids)`` of
     the best ``k``, through bbqlib's one exact kernel."""
-    from bbqlib.scoring import exact_mode, exact_values, rerank_keys
+    from bbqlib.search.rerank import exact_mode, exact_values, rerank_keys
 
     return rerank_keys(exact_values(queries, vectors, ids, exact_mode(sim)), ids, k, sim)
 

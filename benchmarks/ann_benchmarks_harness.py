@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
 
-from bbqlib.adapters.ann_benchmarks_plugin import MODULE, register_dataset  # noqa: E402
+from bbqlib.integrations.ann_benchmarks_plugin import MODULE, register_dataset  # noqa: E402
 
 REPO = _common.repo_root()
 PEERS = Path(os.environ.get("BBQLIB_PEERS", REPO.parent / "shared" / "peers"))
@@ -76,7 +76,7 @@ COLD = [
 ]
 #: The issue's glue for the wrappers before it (their module path did not load, and
 #: get_memory_usage returned None before fit).
-BEFORE_GLUE = """from bbqlib.adapters import ann_benchmarks as _b
+BEFORE_GLUE = """from bbqlib.integrations import ann_benchmarks as _b
 
 from ..base.module import BaseANN
 
@@ -252,7 +252,7 @@ def run_table(args) -> int:
     # Step 4: numba's cache filled once, as `docker build` does for the plugin's image.
     t0 = time.perf_counter()
     _python(
-        ["-c", "from bbqlib.adapters.ann_benchmarks_plugin import warm_up; warm_up()"], cwd=root
+        ["-c", "from bbqlib.integrations.ann_benchmarks_plugin import warm_up; warm_up()"], cwd=root
     )
     warm = time.perf_counter() - t0
     todo = definitions(root)
@@ -322,7 +322,7 @@ def run_table(args) -> int:
     notes = [
         "Harness: erikbern/ann-benchmarks at f402b2c (../shared/peers), copied unmodified; "
         "bbqlib added by `python -m bbqlib ann-benchmarks-plugin`, the data set by "
-        "bbqlib.adapters.ann_benchmarks_plugin.register_dataset (the harness's write_output, "
+        "bbqlib.integrations.ann_benchmarks_plugin.register_dataset (the harness's write_output, "
         "one DATASETS entry appended to ann_benchmarks/datasets.py).",
         "Each definition ran as `python run_algorithm.py --dataset "
         f"{DATASET} --algorithm NAME --module M --constructor C --runs {args.runs} --count 10 "

@@ -2,8 +2,8 @@
 
 ann-benchmarks is not on PyPI and its data sets cannot be downloaded here, so this runner
 follows its protocol on the shared data: it writes ann-benchmarks HDF5 files from
-``../shared/data`` (:func:`bbqlib.io.write_ann_benchmarks`), reads them back
-(:func:`bbqlib.io.read_ann_benchmarks`), drives every algorithm through the ``BaseANN`` shape
+``../shared/data`` (:func:`bbqlib.formats.write_ann_benchmarks`), reads them back
+(:func:`bbqlib.formats.read_ann_benchmarks`), drives every algorithm through the ``BaseANN`` shape
 (``fit``, ``set_query_arguments``, ``batch_query``, ``get_batch_results``, ``str``) over
 parameter sweeps, and scores recall@10 as ann-benchmarks does (a returned id counts when its
 true distance is within ``1e-3`` of the 10th true distance). Queries run on one thread; each
@@ -32,12 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
 
-from bbqlib.adapters.ann_benchmarks import BBQIVF, BBQFlat, BBQUSearch  # noqa: E402
-from bbqlib.io import (  # noqa: E402
+from bbqlib.formats.ann_benchmarks import (  # noqa: E402
     read_ann_benchmarks,
     read_ann_benchmarks_metric,
-    write_ann_benchmarks,  # noqa: E402
+    write_ann_benchmarks,
 )
+from bbqlib.integrations.ann_benchmarks import BBQIVF, BBQFlat, BBQUSearch  # noqa: E402
 
 K = 10
 EPSILON = 1e-3  # ann-benchmarks' tie tolerance on distances
@@ -385,14 +385,14 @@ def main(argv=None) -> int:
         )
     tables.insert(0, f"![recall vs QPS]({png.name})")
     notes = [
-        "HDF5 files written by bbqlib.io.write_ann_benchmarks from ../shared/data (train = "
+        "HDF5 files written by bbqlib.formats.write_ann_benchmarks from ../shared/data (train = "
         "base.npy, test = the first queries, neighbors = gt_ip / gt_l2 top-100, distances in "
         "ann-benchmarks' convention: 1 - cos for angular, L2 for euclidean) and read back "
         "with read_ann_benchmarks.",
         "Recall as ann-benchmarks' knn metric: a result counts when its true distance is <= "
         "the 10th true distance + 1e-3.",
         "Every algorithm is driven through the BaseANN shape (fit, set_query_arguments, "
-        "batch_query, get_batch_results); bbqlib's through bbqlib.adapters.ann_benchmarks. "
+        "batch_query, get_batch_results); bbqlib's through bbqlib.integrations.ann_benchmarks. "
         "Queries on 1 thread (numba, faiss OpenMP, hnswlib/usearch threads=1), best of "
         f"{args.runs} batch runs; builds on {args.build_threads} threads.",
         "bbqlib settings: flat = oversample sweep (rerank on float vectors); IVF = "

@@ -326,15 +326,15 @@ def costs(repeats: int) -> list[dict]:
     from fault_harness import unit_rows
 
     import bbqlib
-    from bbqlib.index import _locks
-    from bbqlib.index import flat as FL
-    from bbqlib.index import flat_files as FF
+    from bbqlib.index import guard as _locks
+    from bbqlib.index.flat import files as FF
+    from bbqlib.index.flat import index as FL
     from bbqlib.index.ivf import binding as BI
     from bbqlib.index.ivf import files as F
     from bbqlib.index.ivf import storage as ST
     from bbqlib.index.ivf.segments import Segment
-    from bbqlib.io import atomic
-    from bbqlib.io import container as CT
+    from bbqlib.storage import atomic
+    from bbqlib.storage import container as CT
 
     rows = []
     work = Path(tempfile.mkdtemp(prefix="bbqcost"))
@@ -424,8 +424,8 @@ def hdf5_costs(repeats: int) -> list[dict]:
     import _common as C
     import h5py
 
-    from bbqlib.io import (
-        hdf5_guard,
+    from bbqlib.formats import hdf5_guard
+    from bbqlib.formats.ann_benchmarks import (
         read_ann_benchmarks,
         read_ann_benchmarks_metric,
         write_ann_benchmarks,

@@ -41,7 +41,7 @@ import peers  # noqa: E402
 from bbqlib import FlatIndex  # noqa: E402
 from bbqlib._validation import prepare_for_similarity  # noqa: E402
 from bbqlib.analysis import recall_at_k  # noqa: E402
-from bbqlib.quantizers.rabitq import RaBitQQuantizer  # noqa: E402
+from bbqlib.quantizers.rabitq.quantizer import RaBitQQuantizer  # noqa: E402
 from bbqlib.similarity import resolve_similarity  # noqa: E402
 from bbqlib.transforms import DenseRotation  # noqa: E402
 

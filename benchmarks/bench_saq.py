@@ -54,7 +54,7 @@ import peers  # noqa: E402
 from bbqlib import BBQQuantizer, RaBitQQuantizer, SAQQuantizer  # noqa: E402
 from bbqlib._validation import prepare_for_similarity  # noqa: E402
 from bbqlib.analysis import recall_at_k  # noqa: E402
-from bbqlib.scoring import exact_mode, exact_values, rerank_keys  # noqa: E402
+from bbqlib.search.rerank import exact_mode, exact_values, rerank_keys  # noqa: E402
 from bbqlib.similarity import exact_raw, resolve_similarity  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "saq.md"
@@ -246,7 +246,7 @@ def encode_rows(ds, repeats, log) -> list[dict]:
 
 def _two_pass(saq, Q, enc, planes):
     """The two-pass scan with a first pass over the top ``planes`` bits of each segment."""
-    from bbqlib.quantizers.saq_search import search
+    from bbqlib.quantizers.saq.search import search
 
     Qc, q_add = saq._query_parts(saq._validated(Q, "Q"))
     keys, ids, rescored = search(
@@ -311,7 +311,7 @@ def scan_rows(ds, repeats, log) -> list[dict]:
 def pca_rows(ds, repeats) -> dict:
     from sklearn.decomposition import PCA
 
-    from bbqlib.quantizers.saq_plan import fit_pca
+    from bbqlib.quantizers.saq.plan import fit_pca
 
     X = prepare_for_similarity(ds.base, resolve_similarity(ds.similarity))
     t_np, t_sk = [], []

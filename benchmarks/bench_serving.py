@@ -134,7 +134,7 @@ def contention_worker(quick: bool) -> dict:
     """In a fresh process: p50/p90/max of default vs thread_limit(1), interleaved."""
     import bbqlib
 
-    out = {"layer": bbqlib.threads.threading_layer(), "threads": bbqlib.get_num_threads()}
+    out = {"layer": bbqlib.runtime.threads.threading_layer(), "threads": bbqlib.get_num_threads()}
     rows = []
     for label, name in CASES:
         if name == "debian" and not (_common.DATA_DIR / "debian-minilm-384").exists():

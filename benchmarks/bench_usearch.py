@@ -1,4 +1,4 @@
-"""usearch HNSW over BBQ codes (bbqlib.adapters.usearch) next to usearch f32 / i8 and hnswlib.
+"""usearch HNSW over BBQ codes (bbqlib.integrations.usearch) next to usearch f32 / i8 and hnswlib.
 
 On debian-minilm-384 (first 300 queries, ``gt_ip``): recall@10 and single-thread QPS over an
 ``expansion_search`` / ``ef`` sweep, the fastest setting of each index at matching recall, and
@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 import peers  # noqa: E402
 
-from bbqlib.adapters.usearch import USearchIndex  # noqa: E402
 from bbqlib.analysis.recall import recall_at_k  # noqa: E402
+from bbqlib.integrations.usearch import USearchIndex  # noqa: E402
 
 DATASET = "debian-minilm-384"
 EF_SWEEP = (16, 32, 64, 128, 256, 512)
@@ -169,8 +169,9 @@ def scorer_overhead(ds, repeats=15, m=1000):
     """CPU seconds: 1,000 ids through q.scorer vs the bulk kernel on the same docs."""
     import numba
 
-    from bbqlib import BBQQuantizer, scoring
+    from bbqlib import BBQQuantizer
     from bbqlib._kernels import scoring as KS
+    from bbqlib.layouts.scan import estimate_raw
 
     q = BBQQuantizer(bits=1, similarity="cosine").fit(ds.base)
     enc = q.encode(ds.base)
@@ -194,7 +195,7 @@ def scorer_overhead(ds, repeats=15, m=1000):
     def scorer():
         score(ids)
 
-    assert np.array_equal(score(ids), scoring.estimate_raw(qc, docs)[0, ids].astype(np.float32))
+    assert np.array_equal(score(ids), estimate_raw(qc, docs)[0, ids].astype(np.float32))
     calls = {"scorer": (scorer, 200), "bulk_same": (bulk_same, 200), "bulk_all": (bulk_all, 3)}
     t = {name: [] for name in calls}
     old = numba.get_num_threads()

@@ -17,7 +17,7 @@ import numpy as np
 
 import bbqlib
 from bbqlib.analysis import recall_at_k
-from bbqlib.quantizers import saq_ivf as SI
+from bbqlib.quantizers.saq import lists as SI
 
 ROWS = (("float", None, "plain"), ("float", None, "two-pass"), ("4-bit", 4, "fastscan"),
         ("8-bit", 8, "plain"))  # fmt: skip

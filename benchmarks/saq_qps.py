@@ -126,7 +126,7 @@ TWO_PASS = " two-pass scan"
 
 def _ivf_search(ix, Q, vp, kw, scan):
     """``ix.search`` with SAQ's IVF list scan set to ``scan`` for the call."""
-    from bbqlib.quantizers import saq_ivf
+    from bbqlib.quantizers.saq import lists as saq_ivf
 
     old, saq_ivf.IVF_SCAN = saq_ivf.IVF_SCAN, scan
     try:

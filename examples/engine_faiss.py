@@ -9,10 +9,10 @@ Run: ``python examples/engine_faiss.py``.
 import faiss
 import numpy as np
 
-from bbqlib.adapters.faiss import FaissIVFIndex
 from bbqlib.analysis.ground_truth import exact_knn
 from bbqlib.analysis.recall import recall_at_k
 from bbqlib.cli import load_demo_sample
+from bbqlib.integrations.faiss import FaissIVFIndex
 
 sample = load_demo_sample()
 X, Q = sample["base"], sample["queries"]  # unit vectors: inner product = cosine

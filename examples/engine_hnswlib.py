@@ -5,10 +5,10 @@ every vector as a 1-bit code and scans the lists the graph picks. Needs hnswlib
 (``pip install hnswlib``). Run: ``python examples/engine_hnswlib.py``.
 """
 
-from bbqlib.adapters.hnswlib import HnswlibIVFIndex
 from bbqlib.analysis.ground_truth import exact_knn
 from bbqlib.analysis.recall import recall_at_k
 from bbqlib.cli import load_demo_sample
+from bbqlib.integrations.hnswlib import HnswlibIVFIndex
 
 sample = load_demo_sample()
 X, Q = sample["base"], sample["queries"]

@@ -7,11 +7,11 @@ Needs usearch (``pip install usearch``). Run: ``python examples/engine_usearch.p
 
 import numpy as np
 
-from bbqlib.adapters import exact_scorer
-from bbqlib.adapters.usearch import USearchIndex
 from bbqlib.analysis.ground_truth import exact_knn
 from bbqlib.analysis.recall import recall_at_k
 from bbqlib.cli import load_demo_sample
+from bbqlib.integrations import exact_scorer
+from bbqlib.integrations.usearch import USearchIndex
 
 sample = load_demo_sample()  # 4,000 Debian package descriptions (MiniLM, d=384), 200 queries
 X, Q = sample["base"], sample["queries"]

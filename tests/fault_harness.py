@@ -28,7 +28,7 @@ import numpy as np
 from paths import TESTS
 
 import bbqlib
-from bbqlib.io.vectors import write_vectors
+from bbqlib.formats.vectors import write_vectors
 
 _PREFIX = struct.Struct("<8sIIII")
 
@@ -214,7 +214,7 @@ class VectorFileTarget:
 
     @staticmethod
     def _read(p):
-        return np.array(bbqlib.io.read_vectors(p, mmap=False))
+        return np.array(bbqlib.formats.read_vectors(p, mmap=False))
 
     @property
     def clean(self):
@@ -245,7 +245,7 @@ class HDF5Target:
     def __init__(self, workdir: Path, seed: int = 0):
         import h5py
 
-        from bbqlib.io import write_ann_benchmarks
+        from bbqlib.formats.ann_benchmarks import write_ann_benchmarks
 
         X = unit_rows(64, 12, seed)
         nn, dist = np.zeros((4, 3), np.int32), np.zeros((4, 3))  # as in the earlier runs
@@ -259,7 +259,7 @@ class HDF5Target:
         self.clean = self.run()
 
     def run(self):
-        from bbqlib.io import read_ann_benchmarks, read_ann_benchmarks_metric
+        from bbqlib.formats.ann_benchmarks import read_ann_benchmarks, read_ann_benchmarks_metric
 
         return (
             *read_ann_benchmarks(self.path, timeout=self.timeout),
@@ -311,7 +311,7 @@ _CHILD = textwrap.dedent(
         index.add(X)
         step = lambda i: index.save(where)
     elif kind == "vectors":
-        step = lambda i: bbqlib.io.write_vectors(where, X)
+        step = lambda i: bbqlib.formats.write_vectors(where, X)
     elif kind == "ivf_save":  # an in-memory index: every save writes a whole generation
         index = bbqlib.IVFIndex(bits=1, similarity="cosine", cluster_size=64, seed=7)
         index.add(X)
@@ -346,7 +346,7 @@ def trace_phases(step, phase_file: str):
     byte, an index into :data:`PHASES`, memory-mapped: it survives a kill -9)."""
     import mmap
 
-    from bbqlib.io import atomic
+    from bbqlib.storage import atomic
 
     with open(phase_file, "wb") as f:
         f.write(bytes(1))
@@ -422,7 +422,7 @@ def expected_files(kind: str, where: Path) -> set[str]:
     if kind in ("flat", "vectors"):
         return {where.name}
     manifest = json.loads((where / "MANIFEST").read_text())
-    _, meta, _ = bbqlib.io.read_container(where / manifest["header"], mmap=False)
+    _, meta, _ = bbqlib.formats.read_container(where / manifest["header"], mmap=False)
     return {"MANIFEST", manifest["header"], meta["postings_file"]} | {
         s["file"] for s in meta["vector_segments"]
     }
@@ -434,7 +434,7 @@ def check_after_kill(kind: str, where: Path) -> tuple[bool, set[str]]:
     corrupt = False
     try:
         if kind == "vectors":
-            X = bbqlib.io.read_vectors(where, mmap=False)
+            X = bbqlib.formats.read_vectors(where, mmap=False)
             corrupt = X.shape != (3000, 32)
         elif kind == "flat":
             bbqlib.load(where).search(unit_rows(2, 32, 9), 3)

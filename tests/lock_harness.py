@@ -1,6 +1,6 @@
 """The lock cases, tried one at a time (issue 27): shared by ``tests/test_locks.py`` and the
 "lock cases" section of ``benchmarks/bench_faults.py``, which runs each many times against
-this checkout and a baseline. Works with any bbqlib that has ``bbqlib.io.atomic`` (before
+this checkout and a baseline. Works with any bbqlib that has ``bbqlib.storage.atomic`` (before
 and after locks failed closed), so the outcome, not an import error, tells them apart.
 
 Outcomes of one trial:
@@ -30,7 +30,7 @@ from pathlib import Path
 from fault_harness import small_ivf, unit_rows
 
 import bbqlib
-from bbqlib.io import atomic
+from bbqlib.storage import atomic
 
 LOCK_CASES = (
     "lock EACCES (flat save)",

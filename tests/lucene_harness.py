@@ -306,8 +306,8 @@ def compare(q, X: np.ndarray, Q: np.ndarray, out: LuceneOutput) -> dict[str, flo
     from reference.osq_lucene import unpack_lucene_doc_bytes
 
     from bbqlib.packing import unpack_planes
-    from bbqlib.quantizers import lucene_osq
-    from bbqlib.quantizers.osq import quantize_rows
+    from bbqlib.quantizers.osq import lucene as lucene_osq
+    from bbqlib.quantizers.osq.math import quantize_rows
 
     d = X.shape[1]
     bits = q.encoding_.doc_bits

@@ -29,7 +29,7 @@ from fault_harness import unit_rows
 from paths import TESTS
 
 import bbqlib
-from bbqlib.io.container import read_container, write_container
+from bbqlib.storage.container import read_container, write_container
 
 D = 16
 

@@ -13,7 +13,7 @@ from toy_data import recall as _recall
 from toy_data import truth as _truth
 
 from bbqlib import BBQQuantizer
-from bbqlib.adapters.records import RecordLayout, make_records
+from bbqlib.integrations.records import RecordLayout, make_records
 from bbqlib.similarity import exact_raw
 
 
@@ -21,7 +21,7 @@ from bbqlib.similarity import exact_raw
 @pytest.mark.parametrize("bits", [1, 2, 4, 7, 8])
 @pytest.mark.parametrize("d", [1, 7, 65])
 def test_records_view_scores_like_the_codes(bits, d):
-    from bbqlib.adapters import score_candidates
+    from bbqlib.integrations import score_candidates
 
     X, Q = _clustered(60, d, seed=d, nq=3)
     q = BBQQuantizer(bits=bits, similarity="euclidean").fit(X)
@@ -52,7 +52,7 @@ def test_usearch_pitfall_u8_rewrites_i8_keeps_records():
 @pytest.mark.parametrize("sim", ["cosine", "euclidean", "max_inner_product"])
 @pytest.mark.parametrize("bits", [1, 4, 7])
 def test_usearch_index_recall_and_rerank(sim, bits):
-    from bbqlib.adapters.usearch import USearchIndex
+    from bbqlib.integrations.usearch import USearchIndex
 
     X, Q = _clustered(1500, 48, seed=bits)
     truth = _truth(X, Q, sim, 10)
@@ -90,7 +90,7 @@ def test_usearch_index_recall_and_rerank(sim, bits):
 
 
 def test_usearch_index_batches_attach_and_padding(tmp_path):
-    from bbqlib.adapters.usearch import USearchIndex
+    from bbqlib.integrations.usearch import USearchIndex
 
     X, Q = _clustered(900, 33, seed=3)
     one = USearchIndex(bits=2, similarity="cosine")
@@ -129,7 +129,7 @@ def test_usearch_index_batches_attach_and_padding(tmp_path):
 
 
 def test_usearch_index_memory_and_parameters():
-    from bbqlib.adapters.usearch import USearchIndex
+    from bbqlib.integrations.usearch import USearchIndex
 
     X, Q = _clustered(500, 64)
     index = USearchIndex(bits=1, similarity="euclidean", connectivity=8)
@@ -159,7 +159,7 @@ def test_usearch_index_memory_and_parameters():
 
 def test_usearch_index_unsupported_planes():
     rabitq = pytest.importorskip("bbqlib.quantizers.rabitq")
-    from bbqlib.adapters.usearch import USearchIndex
+    from bbqlib.integrations.usearch import USearchIndex
 
     X, _ = _clustered(100, 16)
     with pytest.raises(ValueError, match="planes"):
@@ -178,7 +178,7 @@ def _flat(X, Q, bits, sim, k, **kw):
 @pytest.mark.parametrize("sim", ["cosine", "euclidean", "max_inner_product"])
 def test_faiss_ivf_all_lists_equals_flat(sim):
     pytest.importorskip("faiss")
-    from bbqlib.adapters.faiss import FaissIVFIndex
+    from bbqlib.integrations.faiss import FaissIVFIndex
 
     X, Q = _clustered(1200, 40, seed=11)
     index = FaissIVFIndex(nlist=16, nprobe=4, bits=2, similarity=sim)
@@ -198,7 +198,7 @@ def test_faiss_ivf_all_lists_equals_flat(sim):
 
 def test_faiss_ivf_existing_coarse_and_batches():
     faiss = pytest.importorskip("faiss")
-    from bbqlib.adapters.faiss import FaissIVFIndex
+    from bbqlib.integrations.faiss import FaissIVFIndex
 
     X, Q = _clustered(1000, 24, seed=12)
     ivf = faiss.IndexIVFFlat(faiss.IndexFlatL2(24), 24, 10)  # a user's own faiss IVF
@@ -233,7 +233,7 @@ def test_faiss_ivf_existing_coarse_and_batches():
 @pytest.mark.parametrize("sim", ["cosine", "euclidean"])
 def test_hnswlib_ivf_all_lists_equals_flat(sim):
     pytest.importorskip("hnswlib")
-    from bbqlib.adapters.hnswlib import HnswlibIVFIndex
+    from bbqlib.integrations.hnswlib import HnswlibIVFIndex
 
     X, Q = _clustered(1500, 36, seed=13)
     index = HnswlibIVFIndex(cluster_size=100, nprobe=3, bits=1, similarity=sim)
@@ -248,7 +248,7 @@ def test_hnswlib_ivf_all_lists_equals_flat(sim):
 
 def test_hnswlib_ivf_given_centroids():
     pytest.importorskip("hnswlib")
-    from bbqlib.adapters.hnswlib import HnswlibIVFIndex
+    from bbqlib.integrations.hnswlib import HnswlibIVFIndex
 
     X, Q = _clustered(600, 20, seed=14)
     C = X[::60].copy()

@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 from paths import ROOT, SHARED
 
-from bbqlib.adapters.ann_benchmarks_plugin import DEFINITIONS, MODULE, register_dataset
 from bbqlib.cli import load_demo_sample
+from bbqlib.integrations.ann_benchmarks_plugin import DEFINITIONS, MODULE, register_dataset
 
 REPO = ROOT
 #: ``../shared/peers`` beside the checkout; BBQLIB_PEERS points elsewhere (e.g. from a worktree).
@@ -175,9 +175,9 @@ def test_results_carry_the_code_size(harness):
 
 
 def test_bbqlib_reads_the_harness_files(harness):
-    """The data set file the harness's write_output made reads back with bbqlib.io."""
+    """The data set file the harness's write_output made reads back with bbqlib.formats."""
     pytest.importorskip("h5py")
-    from bbqlib.io import read_ann_benchmarks, read_ann_benchmarks_metric
+    from bbqlib.formats.ann_benchmarks import read_ann_benchmarks, read_ann_benchmarks_metric
 
     root, _, _ = harness
     path = root / "data" / "bbqlib-demo-384-angular.hdf5"

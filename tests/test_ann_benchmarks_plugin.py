@@ -15,9 +15,9 @@ from toy_data import clustered as _clustered
 from toy_data import recall as _recall
 from toy_data import truth as _truth
 
-from bbqlib.adapters import ann_benchmarks as wrappers
-from bbqlib.adapters import ann_benchmarks_plugin as plugin
-from bbqlib.adapters.ann_benchmarks import (
+from bbqlib.integrations import ann_benchmarks as wrappers
+from bbqlib.integrations import ann_benchmarks_plugin as plugin
+from bbqlib.integrations.ann_benchmarks import (
     BBQIVF,
     FLAT_FLAVOURS,
     BBQFlat,

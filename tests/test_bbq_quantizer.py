@@ -472,7 +472,7 @@ def test_repr_and_params():
 def test_encode_in_chunks_equals_one_pass(monkeypatch, make_vectors, precondition, similarity):
     """encode works ENCODE_CHUNK_BYTES of input at a time; rows are independent, so the
     codes and corrections do not depend on the chunking."""
-    import bbqlib.quantizers.bbq as bbq_module
+    import bbqlib.quantizers.osq.quantizer as bbq_module
 
     X = make_vectors(1000, 72, "gaussian", seed=3)
     q = bbqlib.BBQQuantizer(bits=2, similarity=similarity, precondition=precondition, seed=1)

@@ -16,9 +16,9 @@ import bbqlib
 from bbqlib.analysis.ground_truth import exact_knn
 from bbqlib.calibration import SPACE, CalibrationReport, Calibrator, Configuration
 from bbqlib.calibration.measure import bootstrap_bounds
+from bbqlib.calibration.parts import flat_from_parts, ivf_coverage, ivf_recoded, ivf_variant
 from bbqlib.calibration.sizing import flat_sizes, ivf_sizes
 from bbqlib.calibration.space import SAQ_BUDGETS, code_points
-from bbqlib.index.variants import flat_from_parts, ivf_coverage, ivf_recoded, ivf_variant
 
 #: BBQ at 1 and 4 bits (no preconditioning) and int8 per_dim: enough to exercise every path.
 SMALL = (

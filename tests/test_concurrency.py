@@ -310,15 +310,15 @@ def test_adapters_keep_their_own_copy(engine):
     pytest.importorskip(engine)
     X = unit_rows(900, 16, 9) * 2.0
     if engine == "usearch":
-        from bbqlib.adapters.usearch import USearchIndex
+        from bbqlib.integrations.usearch import USearchIndex
 
         index = USearchIndex(bits=1, similarity="euclidean")
     elif engine == "faiss":
-        from bbqlib.adapters.faiss import FaissIVFIndex
+        from bbqlib.integrations.faiss import FaissIVFIndex
 
         index = FaissIVFIndex(nlist=8, nprobe=8, bits=1, similarity="euclidean")
     else:
-        from bbqlib.adapters.hnswlib import HnswlibIVFIndex
+        from bbqlib.integrations.hnswlib import HnswlibIVFIndex
 
         index = HnswlibIVFIndex(cluster_size=64, nprobe=8, bits=1, similarity="euclidean")
     for b in _batches_through_one_buffer(X, 300):

@@ -1,4 +1,4 @@
-"""The versioned, checksummed container file (bbqlib.io.container)."""
+"""The versioned, checksummed container file (bbqlib.storage.container)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from bbqlib.encoding import CORRECTIONS_I32, CORRECTIONS_U16
-from bbqlib.io import container
-from bbqlib.io.container import (
+from bbqlib.storage import container
+from bbqlib.storage.container import (
     FORMAT_VERSION,
     MAGIC,
     CorruptFileError,

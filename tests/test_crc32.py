@@ -9,7 +9,7 @@ import pytest
 
 from bbqlib import CorruptFileError
 from bbqlib._kernels import crc32 as KC
-from bbqlib.io.blocks import BlockChecksums, BlockCRCWriter, row_bytes, row_crcs
+from bbqlib.storage.blocks import BlockChecksums, BlockCRCWriter, row_bytes, row_crcs
 
 
 def _crc_rows(rows: np.ndarray) -> list[int]:
@@ -39,7 +39,7 @@ def test_chaining_equals_zlib_over_the_concatenation():
 
 @pytest.mark.parametrize("kind", ["float32", "float16", "int8"])
 def test_row_bytes_views_every_stored_kind(kind):
-    from bbqlib.scoring.stored import to_stored
+    from bbqlib.search.stored import to_stored
 
     X = np.random.default_rng(2).normal(size=(11, 24)).astype(np.float32)
     stored = to_stored(X, kind)

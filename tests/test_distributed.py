@@ -368,7 +368,7 @@ def test_build_that_keeps_failing_leaves_no_half_index(client, built, data, tmp_
 # ----------------------------------------------------------------------------- inputs
 def test_inputs_from_vector_files_and_parquet(data, tmp_path):
     from bbqlib.distributed import from_files, from_parquet
-    from bbqlib.io.vectors import write_fbin, write_fvecs
+    from bbqlib.formats.vectors import write_fbin, write_fvecs
 
     X = data[0][:1000]
     write_fvecs(tmp_path / "a.fvecs", X[:300])
@@ -460,7 +460,7 @@ def test_block_checksums_joined_from_partition_pieces():
     """The vector file's block CRC32s, joined on the driver from each partition's pieces,
     equal those of the whole matrix (blocks spanning 1-3 partitions, uneven partitions)."""
     from bbqlib.distributed._tasks import block_crc_pieces, join_blocks
-    from bbqlib.io.blocks import BlockChecksums
+    from bbqlib.storage.blocks import BlockChecksums
 
     rows = np.random.default_rng(3).normal(size=(1000, 5)).astype("<f4")
     cuts = [0, 7, 64, 65, 300, 301, 1000]

@@ -63,9 +63,9 @@ def test_pages_have_python_blocks():
 
 def _engines_used(code: str) -> list[str]:
     used = set(re.findall(r"^\s*(?:import|from)\s+(\w+)", code, re.M))
-    used |= {"faiss"} if "adapters.faiss" in code else set()
-    used |= {"hnswlib"} if "adapters.hnswlib" in code else set()
-    used |= {"usearch"} if "adapters.usearch" in code else set()
+    used |= {"faiss"} if "integrations.faiss" in code else set()
+    used |= {"hnswlib"} if "integrations.hnswlib" in code else set()
+    used |= {"usearch"} if "integrations.usearch" in code else set()
     used |= {"pyarrow"} if "to_arrow" in code or "from_arrow" in code else set()
     return sorted(ENGINES[name] for name in used if name in ENGINES)
 

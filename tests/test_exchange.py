@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bbqlib import BBQQuantizer
-from bbqlib.io import exchange as X
+from bbqlib.integrations import exchange as X
 
 DIMS = [1, 7, 65, 384]
 

@@ -16,9 +16,9 @@ from fault_harness import flip, section_span, small_ivf, unit_rows
 import bbqlib
 from bbqlib import CorruptFileError
 from bbqlib.index.ivf import storage as ST
-from bbqlib.io import atomic
-from bbqlib.io.blocks import BLOCK_ROWS
-from bbqlib.io.container import read_container, write_container
+from bbqlib.storage import atomic
+from bbqlib.storage.blocks import BLOCK_ROWS
+from bbqlib.storage.container import read_container, write_container
 
 # ------------------------------------------------------------------ temporary files, locks
 
@@ -164,7 +164,7 @@ def test_malformed_flat_meta_names_the_file(tmp_path):
 
 def test_corrupt_hdf5_is_corrupt_file_error(tmp_path):
     pytest.importorskip("h5py")
-    from bbqlib.io import read_ann_benchmarks, write_ann_benchmarks
+    from bbqlib.formats.ann_benchmarks import read_ann_benchmarks, write_ann_benchmarks
 
     X = unit_rows(30, 4, 0)
     path = write_ann_benchmarks(tmp_path / "a.hdf5", X, X[:3], np.zeros((3, 2), int),

@@ -16,7 +16,7 @@ from paths import FIXTURES
 
 import bbqlib
 from bbqlib import CorruptFileError, FlatIndex
-from bbqlib.io.blocks import BLOCK_ROWS
+from bbqlib.storage.blocks import BLOCK_ROWS
 
 N, D = 3 * 256 + 17, 24
 GROUP = 256  # rows 0-255 are their own cluster: their neighbours are among them

@@ -12,9 +12,9 @@ import pytest
 
 import bbqlib
 from bbqlib import BBQQuantizer, CorruptFileError, FlatIndex, NotFittedError
-from bbqlib.io import container
-from bbqlib.scoring import OVERSAMPLE_LIMIT, candidate_count
+from bbqlib.search.rerank import OVERSAMPLE_LIMIT, candidate_count
 from bbqlib.similarity import Similarity, scores_from_raw
+from bbqlib.storage import container
 
 SIMILARITIES = ["euclidean", "dot_product", "cosine", "max_inner_product"]
 

@@ -18,7 +18,7 @@ import pytest
 from paths import FIXTURES
 
 import bbqlib
-from bbqlib.io.container import (
+from bbqlib.storage.container import (
     FORMAT_VERSION,
     UnsupportedFormatError,
     read_container,

@@ -13,7 +13,8 @@ from fault_harness import unit_rows
 from paths import FIXTURES
 
 from bbqlib import CorruptFileError
-from bbqlib.io import hdf5_guard, read_ann_benchmarks, read_ann_benchmarks_metric
+from bbqlib.formats import hdf5_guard
+from bbqlib.formats.ann_benchmarks import read_ann_benchmarks, read_ann_benchmarks_metric
 
 h5py = pytest.importorskip("h5py", reason="h5py (bbqlib[hdf5]) is not installed")
 

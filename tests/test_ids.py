@@ -251,7 +251,7 @@ def test_flat_ids_and_tombstones_round_trip_through_files(make, tmp_path):
 
 
 def test_flat_default_ids_write_no_id_section(tmp_path):
-    from bbqlib.io.container import read_container
+    from bbqlib.storage.container import read_container
 
     X, _ = _data()
     index = _flat()
@@ -445,20 +445,20 @@ def _check_adapter(make, search_kw=None):
 
 def test_faiss_adapter_carries_ids():
     pytest.importorskip("faiss")
-    from bbqlib.adapters.faiss import FaissIVFIndex
+    from bbqlib.integrations.faiss import FaissIVFIndex
 
     _check_adapter(lambda: FaissIVFIndex(nlist=8, nprobe=4, similarity="euclidean", seed=1))
 
 
 def test_hnswlib_adapter_carries_ids():
     pytest.importorskip("hnswlib")
-    from bbqlib.adapters.hnswlib import HnswlibIVFIndex
+    from bbqlib.integrations.hnswlib import HnswlibIVFIndex
 
     _check_adapter(lambda: HnswlibIVFIndex(cluster_size=64, nprobe=4, similarity="euclidean"))
 
 
 def test_usearch_adapter_carries_ids():
     pytest.importorskip("usearch")
-    from bbqlib.adapters.usearch import USearchIndex
+    from bbqlib.integrations.usearch import USearchIndex
 
     _check_adapter(lambda: USearchIndex(bits=1, similarity="euclidean", seed=0))

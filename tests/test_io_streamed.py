@@ -7,8 +7,8 @@ import zlib
 import numpy as np
 import pytest
 
-from bbqlib.io.container import read_container, write_container
-from bbqlib.io.streamed import StreamedContainer, crc32_combine, write_rows
+from bbqlib.storage.container import read_container, write_container
+from bbqlib.storage.streamed import StreamedContainer, crc32_combine, write_rows
 
 
 @pytest.mark.parametrize("sizes", [(0, 0), (1, 0), (0, 5), (3, 7), (1000, 1), (4096, 70000)])

@@ -1,4 +1,4 @@
-"""Tests for bbqlib.io.vectors and bbqlib.io.ann_benchmarks."""
+"""Tests for bbqlib.formats.vectors and bbqlib.formats.ann_benchmarks."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import sys
 import numpy as np
 import pytest
 
-from bbqlib.io.ann_benchmarks import (
+from bbqlib.formats.ann_benchmarks import (
     read_ann_benchmarks,
     read_ann_benchmarks_metric,
     write_ann_benchmarks,
 )
-from bbqlib.io.vectors import (
+from bbqlib.formats.vectors import (
     SUPPORTED_SUFFIXES,
     iter_vector_batches,
     read_vectors,

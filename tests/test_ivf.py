@@ -32,8 +32,8 @@ from bbqlib.encoding import get_encoding
 from bbqlib.index.ivf import plan as S
 from bbqlib.index.ivf import storage as ST
 from bbqlib.packing import pack_planes, plane_words
-from bbqlib.quantizers.osq import quantize_pairs, quantize_rows
-from bbqlib.scoring import dedup_topk
+from bbqlib.quantizers.osq.math import quantize_pairs, quantize_rows
+from bbqlib.search.topk import dedup_topk
 
 DATA = SHARED / "data"
 DIMS = [1, 3, 7, 63, 65, 127, 384]
@@ -616,7 +616,7 @@ def _flip_bits(path: Path, offset: int, mask: int) -> None:
 
 
 def _section(path: Path, name: str) -> dict:
-    from bbqlib.io.container import _PREFIX
+    from bbqlib.storage.container import _PREFIX
 
     with open(path, "rb") as f:
         prefix = f.read(_PREFIX.size)

@@ -22,9 +22,9 @@ from bbqlib.encoding import get_encoding, padded_dim
 from bbqlib.index.ivf import plan as S
 from bbqlib.index.ivf.scan import uses_lut
 from bbqlib.index.ivf.storage import FORMAT_VERSION
-from bbqlib.io.blocks import file_map
 from bbqlib.packing import lut_blocks, lut_list_blocks, pack_planes
-from bbqlib.scoring import dedup_topk
+from bbqlib.search.topk import dedup_topk
+from bbqlib.storage.blocks import file_map
 
 needs_avx2 = pytest.mark.skipif(
     not L.avx2_available(), reason="the lookup-table kernel needs AVX2 (popcount scan serves)"

@@ -1,6 +1,6 @@
 """IVFIndex rerank vectors stored as float32, float16 or int8 (IVF format 6).
 
-The kinds themselves (``bbqlib.scoring.stored``) and the FlatIndex are tested in
+The kinds themselves (``bbqlib.search.stored``) and the FlatIndex are tested in
 ``tests/test_stored_vectors.py``; here: builds in memory and on disk, several segments,
 save / open round trips with the search defaults, block CRC32s over the stored bytes,
 re-clustering on growth from decoded rows, exact scores of decoded rows, and the recall each
@@ -17,8 +17,8 @@ import pytest
 from bbqlib import CorruptFileError, IVFIndex
 from bbqlib.analysis.ground_truth import exact_knn
 from bbqlib.datasets import load_demo_sample
-from bbqlib.io.container import read_container, write_container
-from bbqlib.scoring.stored import stored_kind_of, stored_rows, to_stored
+from bbqlib.search.stored import stored_kind_of, stored_rows, to_stored
+from bbqlib.storage.container import read_container, write_container
 
 KINDS = ("float32", "float16", "int8")
 

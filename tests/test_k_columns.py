@@ -21,9 +21,7 @@ import bbqlib
 from bbqlib.index import single as single_flat
 from bbqlib.index.ivf import single as single_ivf
 
-finish_module = importlib.import_module(
-    "bbqlib.scoring.finish"
-)  # the name `finish` is its function
+finish_module = importlib.import_module("bbqlib.search.finish")  # the name `finish` is its function
 
 N, D = 20, 16
 SIMILARITIES = ["euclidean", "max_inner_product"]
@@ -46,19 +44,19 @@ def _index(kind, similarity, X):
         index = bbqlib.IVFIndex(bits=1, similarity=similarity, cluster_size=64)
     elif kind == "usearch":
         pytest.importorskip("usearch")
-        from bbqlib.adapters.usearch import USearchIndex
+        from bbqlib.integrations.usearch import USearchIndex
 
         index = USearchIndex(bits=1, similarity=similarity)
     elif kind == "faiss":
         faiss = pytest.importorskip("faiss")
-        from bbqlib.adapters.faiss import FaissIVFIndex
+        from bbqlib.integrations.faiss import FaissIVFIndex
 
         coarse = faiss.IndexFlatL2(D)  # two lists, no training
         coarse.add(X[:2])
         index = FaissIVFIndex(coarse=coarse, nprobe=2, bits=1, similarity=similarity)
     else:
         pytest.importorskip("hnswlib")
-        from bbqlib.adapters.hnswlib import HnswlibIVFIndex
+        from bbqlib.integrations.hnswlib import HnswlibIVFIndex
 
         index = HnswlibIVFIndex(centroids=X[:2].copy(), nprobe=2, similarity=similarity)
     index.add(X)
@@ -304,7 +302,7 @@ def test_sharded_index_pads_against_all_shards(tmp_path, monkeypatch):
 
 
 def test_ann_benchmarks_wrapper_asks_for_the_old_shape():
-    from bbqlib.adapters.ann_benchmarks import BBQFlat
+    from bbqlib.integrations.ann_benchmarks import BBQFlat
 
     X, Q = _data(seed=7)
     algo = BBQFlat("euclidean", 1)

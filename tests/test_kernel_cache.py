@@ -307,7 +307,7 @@ from bbqlib._validation import row_sq_norms
 print(bbqlib.__file__)
 print(float(row_sq_norms(np.ones((3, 5), np.float32))[0]), doc_doc_metric(0, False).cache_hits)
 try:
-    from bbqlib.adapters.usearch import USearchIndex, _usearch
+    from bbqlib.integrations.usearch import USearchIndex, _usearch
 
     _usearch()
 except ImportError:  # the adapter's metric was compiled above, without the adapter

@@ -22,15 +22,22 @@ FLOORS = [
         ),
     ),
     ("kernels", ("bbqlib._kernels",)),
-    ("basics", ("bbqlib.packing", "bbqlib._validation", "bbqlib.transforms", "bbqlib.io")),
-    ("scoring", ("bbqlib.scoring",)),
+    (
+        "basics",
+        (
+            "bbqlib.packing", "bbqlib._validation", "bbqlib.transforms", "bbqlib.storage",
+            "bbqlib.formats", "bbqlib.io",  # bbqlib.io: the shims of storage's and formats'
+        ),
+    ),
+    # bbqlib.scoring holds only the shims of the modules now in layouts and search
+    ("layouts+search", ("bbqlib.layouts", "bbqlib.search", "bbqlib.scoring")),
     ("quantizers", ("bbqlib.quantizers",)),
     ("indexes", ("bbqlib.index",)),
     (
         "applications",
         (
-            "bbqlib.analysis", "bbqlib.adapters", "bbqlib.io.exchange", "bbqlib.distributed",
-            "bbqlib.cli", "bbqlib._load", "bbqlib._repair", "bbqlib.__main__", "bbqlib.threads",
+            "bbqlib.analysis", "bbqlib.integrations", "bbqlib.adapters", "bbqlib.distributed",
+            "bbqlib.cli", "bbqlib.__main__", "bbqlib.runtime", "bbqlib.threads",
             "bbqlib.warmup", "bbqlib.datasets",
             "bbqlib.calibration",
         ),

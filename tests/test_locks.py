@@ -23,10 +23,10 @@ import pytest
 from fault_harness import small_ivf, unit_rows
 
 import bbqlib
+from bbqlib.formats.vectors import read_vectors, write_vectors
 from bbqlib.index.ivf import storage as ST
-from bbqlib.io import atomic, locks
-from bbqlib.io.container import write_container
-from bbqlib.io.vectors import read_vectors, write_vectors
+from bbqlib.storage import atomic, locks
+from bbqlib.storage.container import write_container
 
 pytestmark = pytest.mark.skipif(
     sys.platform == "win32" or locks.fcntl is None, reason="POSIX advisory locks"

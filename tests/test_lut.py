@@ -12,12 +12,13 @@ import pytest
 from reference.lut import block_dots_reference, blocks_reference, tables_reference
 from test_scoring_kernels import codes, plane_docs, plane_queries, random_factors
 
-from bbqlib import scoring
 from bbqlib._kernels import lut as L
 from bbqlib._kernels import scoring as K
 from bbqlib.encoding import padded_dim
+from bbqlib.layouts import scan as scan_module
+from bbqlib.layouts.kernels import use_lut
 from bbqlib.packing import lut_blocks, pack_planes
-from bbqlib.scoring import scan as scan_module
+from bbqlib.search.topk import merge_topk
 
 needs_avx2 = pytest.mark.skipif(
     not L.avx2_available(), reason="the lookup-table kernel needs AVX2 (popcount scan serves)"
@@ -121,7 +122,7 @@ def test_scan_equals_popcount_scan(dp, is_l2, numba_threads):
             for allowed in (np.empty(0, np.uint8), mask):
                 chunks = max(1, min(threads, -(-n // K.BLOCK)))
                 lut = scan_module._scan(q, docs, k, allowed, 3, chunks)
-                assert scoring.use_lut(q.planes, docs.kind)
+                assert use_lut(q.planes, docs.kind)
                 ref_keys = np.full((chunks, len(q), k), -np.inf)
                 ref_ids = np.full((chunks, len(q), k), K.EMPTY_ID, dtype=np.int64)
                 K.scan_planes(
@@ -130,7 +131,7 @@ def test_scan_equals_popcount_scan(dp, is_l2, numba_threads):
                     ref_keys, ref_ids,
                 )  # fmt: skip
                 merged = [
-                    scoring.merge_topk(
+                    merge_topk(
                         a.transpose(1, 0, 2).reshape(len(q), -1),
                         b.transpose(1, 0, 2).reshape(len(q), -1),
                         k,
@@ -160,4 +161,4 @@ def test_search_same_with_and_without_the_lut_kernel(monkeypatch, make_vectors):
 
 def test_wide_queries_take_the_popcount_scan():
     q = plane_queries(np.ones((2, 70), np.uint8), 7)
-    assert not scoring.use_lut(q.planes, "planes")
+    assert not use_lut(q.planes, "planes")

@@ -20,7 +20,54 @@ import pytest
 from bbqlib._deprecated import REMOVED_IN
 
 #: Old module path -> new module path, for every module moved (filled as modules move).
-MOVED: dict[str, str] = {}
+MOVED: dict[str, str] = {
+    "bbqlib.quantizers.bbq": "bbqlib.quantizers.osq.quantizer",
+    "bbqlib.quantizers.lucene_osq": "bbqlib.quantizers.osq.lucene",
+    "bbqlib.quantizers.rabitq_codes": "bbqlib.quantizers.rabitq.codes",
+    "bbqlib.quantizers.scalar": "bbqlib.quantizers.int8",
+    "bbqlib.quantizers.scalar.osq": "bbqlib.quantizers.int8.per_vector",
+    "bbqlib.quantizers.scalar.per_dim": "bbqlib.quantizers.int8.per_dim",
+    "bbqlib.quantizers.scalar.lucene_global": "bbqlib.quantizers.int8.global_interval",
+    "bbqlib.quantizers.saq_plan": "bbqlib.quantizers.saq.plan",
+    "bbqlib.quantizers.saq_encoding": "bbqlib.quantizers.saq.encoding",
+    "bbqlib.quantizers.saq_bounds": "bbqlib.quantizers.saq.bounds",
+    "bbqlib.quantizers.saq_scoring": "bbqlib.quantizers.saq.scanner",
+    "bbqlib.quantizers.saq_search": "bbqlib.quantizers.saq.search",
+    "bbqlib.quantizers.saq_ivf": "bbqlib.quantizers.saq.lists",
+    "bbqlib.scoring": "bbqlib.search",
+    "bbqlib.threads": "bbqlib.runtime.threads",
+    "bbqlib.scoring.candidates": "bbqlib.search.candidates",
+    "bbqlib.scoring.codes": "bbqlib.layouts.codes",
+    "bbqlib.scoring.dispatch": "bbqlib.layouts.kernels",
+    "bbqlib.scoring.finish": "bbqlib.search.finish",
+    "bbqlib.scoring.rerank": "bbqlib.search.rerank",
+    "bbqlib.scoring.scan": "bbqlib.layouts.scan",
+    "bbqlib.scoring.stored": "bbqlib.search.stored",
+    "bbqlib.scoring.topk": "bbqlib.search.topk",
+    "bbqlib.io": "bbqlib.formats",
+    "bbqlib.io.ann_benchmarks": "bbqlib.formats.ann_benchmarks",
+    "bbqlib.io.atomic": "bbqlib.storage.atomic",
+    "bbqlib.io.blocks": "bbqlib.storage.blocks",
+    "bbqlib.io.container": "bbqlib.storage.container",
+    "bbqlib.io.errors": "bbqlib.storage.errors",
+    "bbqlib.io.hdf5_guard": "bbqlib.formats.hdf5_guard",
+    "bbqlib.io.locks": "bbqlib.storage.locks",
+    "bbqlib.io.preload": "bbqlib.storage.preload",
+    "bbqlib.io.streamed": "bbqlib.storage.streamed",
+    "bbqlib.io.vectors": "bbqlib.formats.vectors",
+    "bbqlib.adapters": "bbqlib.integrations",
+    "bbqlib.adapters.ann_benchmarks": "bbqlib.integrations.ann_benchmarks",
+    "bbqlib.adapters.ann_benchmarks_plugin": "bbqlib.integrations.ann_benchmarks_plugin",
+    "bbqlib.adapters.arrow": "bbqlib.integrations.exchange",
+    "bbqlib.adapters.faiss": "bbqlib.integrations.faiss",
+    "bbqlib.adapters.hnswlib": "bbqlib.integrations.hnswlib",
+    "bbqlib.adapters.records": "bbqlib.integrations.records",
+    "bbqlib.adapters.scorer": "bbqlib.search.candidates",
+    "bbqlib.adapters.usearch": "bbqlib.integrations.usearch",
+    "bbqlib.index.flat_files": "bbqlib.index.flat.files",
+    "bbqlib.index.variants": "bbqlib.calibration.parts",
+    "bbqlib.io.exchange": "bbqlib.integrations.exchange",
+}
 
 
 def test_every_moved_module_gives_the_new_objects_with_a_warning():
@@ -116,3 +163,10 @@ def test_a_shim_package_keeps_its_submodules(toy):
     assert not hasattr(new, "sub")
     with pytest.warns(FutureWarning):
         assert sub.Thing is new.Thing
+
+
+def test_bbqlib_threads_stays_an_attribute_of_the_package():
+    import bbqlib  # the documented bbqlib.threads.threading_layer() needs no import of its own
+
+    with pytest.warns(FutureWarning, match="bbqlib.runtime.threads"):
+        assert bbqlib.threads.get_num_threads is bbqlib.get_num_threads

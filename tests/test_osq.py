@@ -20,7 +20,7 @@ from reference.osq import (
 from bbqlib import BBQQuantizer
 from bbqlib._kernels.osq import _pass_sums, _row_stats
 from bbqlib.packing import pack_planes
-from bbqlib.quantizers.osq import quantize_pairs, quantize_rows
+from bbqlib.quantizers.osq.math import quantize_pairs, quantize_rows
 
 DIMS = [1, 2, 3, 7, 8, 9, 63, 64, 65, 127, 384, 1000]
 BITS = list(range(1, 9))

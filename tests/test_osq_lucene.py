@@ -11,7 +11,7 @@ from reference import osq_lucene as R
 
 import bbqlib
 from bbqlib._kernels import osq_lucene as K
-from bbqlib.quantizers import lucene_osq
+from bbqlib.quantizers.osq import lucene as lucene_osq
 
 SIMILARITIES = ["euclidean", "dot_product", "cosine", "max_inner_product"]
 LUCENE_BITS = [1, 2, 4, 7]

@@ -96,9 +96,9 @@ def test_old_encoded_vectors_pickle_searches_as_before():
 # --------------------------------------------------------------------------- derived state
 
 #: What a search derives and keeps, which pickles leave out (made again on first use);
-#: ``bbqlib.scoring.codes`` is the module of the kernel layouts ``EncodedVectors`` cache.
+#: ``bbqlib.layouts.codes`` is the module of the kernel layouts ``EncodedVectors`` cache.
 DERIVED = (b"_single_mask", b"_single_state", b"_live_cache", b"_live_per_list",
-           b"_saq_fastscan", b"bbqlib.scoring.codes")  # fmt: skip
+           b"_saq_fastscan", b"bbqlib.layouts.codes")  # fmt: skip
 
 
 def _encoded_in(obj, depth: int = 3) -> list:

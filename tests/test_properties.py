@@ -17,7 +17,7 @@ from reference.rerank import exact_candidates
 
 import bbqlib
 from bbqlib._validation import MAX_SQ_NORM
-from bbqlib.scoring import exact_mode, exact_values
+from bbqlib.search.rerank import exact_mode, exact_values
 from bbqlib.similarity import Similarity
 
 hypothesis = pytest.importorskip("hypothesis")

@@ -15,7 +15,7 @@ from bbqlib._kernels.rabitq import bound_rerank, sweep_levels
 from bbqlib._kernels.scoring import EMPTY_ID
 from bbqlib.encoding import ENCODINGS, padded_dim
 from bbqlib.packing import unpack_planes
-from bbqlib.quantizers.rabitq import (
+from bbqlib.quantizers.rabitq.quantizer import (
     RABITQ_CORRECTIONS_I32,
     RABITQ_CORRECTIONS_U16,
     RaBitQQuantizer,

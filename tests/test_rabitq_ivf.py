@@ -13,7 +13,7 @@ from bbqlib._kernels.rabitq_query import rabitq_query_pairs
 from bbqlib.encoding import padded_dim
 from bbqlib.index.ivf.scan import uses_lut
 from bbqlib.packing import pack_planes, unpack_planes
-from bbqlib.quantizers.rabitq_codes import grid_codes
+from bbqlib.quantizers.rabitq.codes import grid_codes
 
 
 def _pairs_data(d: int, seed: int):

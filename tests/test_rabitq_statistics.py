@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bbqlib.quantizers.rabitq import RaBitQQuantizer
+from bbqlib.quantizers.rabitq.quantizer import RaBitQQuantizer
 from bbqlib.transforms import DenseRotation
 
 pytestmark = pytest.mark.slow

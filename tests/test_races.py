@@ -22,7 +22,7 @@ from race_harness import SWAPS, killed_first_build, loads_during_saves, swap_out
 
 import bbqlib
 from bbqlib.index.ivf import build as B
-from bbqlib.io.container import open_container
+from bbqlib.storage.container import open_container
 
 posix = pytest.mark.skipif(
     sys.platform == "win32" or not hasattr(os, "fork"), reason="POSIX signals and locks"
@@ -42,7 +42,7 @@ def test_flat_sections_are_views_of_one_read_only_map(tmp_path):
     index.add(unit_rows(300, 16, 0))
     path = index.save(tmp_path / "f.bbq")
     c = open_container(path)
-    bases = {id(bbqlib.io.blocks.file_map(a)) for a in c.arrays.values() if a.size}
+    bases = {id(bbqlib.storage.blocks.file_map(a)) for a in c.arrays.values() if a.size}
     assert len(bases) == 1
     assert not any(a.flags.writeable for a in c.arrays.values() if a.size)
     loaded = bbqlib.FlatIndex.load(path)
@@ -92,7 +92,7 @@ def test_binding_records_and_messages(tmp_path):
     where = tmp_path / "ivf"
     small_ivf(where, n=600, ids=np.arange(600) + 7)
     manifest = json.loads((where / "MANIFEST").read_text())
-    _, meta, _ = bbqlib.io.read_container(where / manifest["header"], mmap=False)
+    _, meta, _ = bbqlib.formats.read_container(where / manifest["header"], mmap=False)
     assert manifest["token"] == meta["token"] and len(meta["token"]) == 16
     posting = open_container(where / meta["postings_file"], verify=False)
     assert posting.meta["token"] == meta["postings_token"]
@@ -100,7 +100,7 @@ def test_binding_records_and_messages(tmp_path):
     assert meta["postings_bytes"] == (where / meta["postings_file"]).stat().st_size
     bbqlib.IVFIndex.open(where).delete([7])  # the new generation reuses the posting file
     manifest2 = json.loads((where / "MANIFEST").read_text())
-    _, meta2, _ = bbqlib.io.read_container(where / manifest2["header"], mmap=False)
+    _, meta2, _ = bbqlib.formats.read_container(where / manifest2["header"], mmap=False)
     assert meta2["postings_file"] == meta["postings_file"]
     assert meta2["postings_token"] == meta["postings_token"]
     assert manifest2["token"] == meta2["token"] != meta["token"]

@@ -1,4 +1,4 @@
-"""Exact candidate rescoring (bbqlib._kernels.rerank via bbqlib.scoring.exact_values).
+"""Exact candidate rescoring (bbqlib._kernels.rerank via bbqlib.search.rerank.exact_values).
 
 The kernel's values are lane sums of float64 terms: bit for bit those of the NumPy twin
 ``reference.rerank`` (for any thread count, any group of candidates scored together, any
@@ -13,7 +13,7 @@ from reference.rerank import exact_candidates as reference_candidates
 from reference.rerank import exact_terms
 
 from bbqlib._kernels.rerank import COSINE, exact_candidates
-from bbqlib.scoring import exact_values
+from bbqlib.search.rerank import exact_values
 
 
 def rerank_exact(Q, V, cand, is_l2):

@@ -10,8 +10,8 @@ from reference import saq as ref
 import bbqlib
 from bbqlib import FlatIndex, RaBitQQuantizer, SAQQuantizer
 from bbqlib.encoding import padded_dim
-from bbqlib.quantizers.saq_search import search as saq_search
-from bbqlib.quantizers.saq_search import uses_fastscan
+from bbqlib.quantizers.saq.search import search as saq_search
+from bbqlib.quantizers.saq.search import uses_fastscan
 from bbqlib.similarity import exact_raw
 
 SIMILARITIES = ("euclidean", "dot_product", "cosine", "max_inner_product")

@@ -16,9 +16,9 @@ from test_saq_kernels import _encode, _plan, needs_avx2
 import bbqlib
 from bbqlib._kernels import saq_ivf as KI
 from bbqlib.packing import lut_list_blocks
-from bbqlib.quantizers import saq_ivf as SI
-from bbqlib.quantizers.saq_bounds import code_lengths_of, level_sums_of
-from bbqlib.quantizers.saq_search import fastscan_queries
+from bbqlib.quantizers.saq import lists as SI
+from bbqlib.quantizers.saq.bounds import code_lengths_of, level_sums_of
+from bbqlib.quantizers.saq.search import fastscan_queries
 
 
 def _sorted(keys, hid):

@@ -10,7 +10,7 @@ from reference import saq as ref
 
 from bbqlib._kernels import saq as K
 from bbqlib._kernels.lut import avx2_available
-from bbqlib.quantizers.saq_plan import SAQPlan, Segment
+from bbqlib.quantizers.saq.plan import SAQPlan, Segment
 
 needs_avx2 = pytest.mark.skipif(not avx2_available(), reason="the 4-bit scan needs AVX2")
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from reference import saq as ref
 
-from bbqlib.quantizers.saq_plan import (
+from bbqlib.quantizers.saq.plan import (
     FACTOR_BITS,
     PlanStats,
     SAQPlan,
@@ -169,7 +169,7 @@ def test_custom_error_model_is_called_and_obeyed():
 def test_neighbour_model_table_follows_its_definition():
     """Coded: κ_B E[‖o_s‖² ‖q_s‖²] / (d_s - 1) over the pairs; tail: the within-query
     variance of the dropped <o_tail, q_tail> over each query's neighbours, averaged."""
-    from bbqlib.quantizers.saq_plan import kappa
+    from bbqlib.quantizers.saq.plan import kappa
 
     rng = np.random.default_rng(0)
     n, d, block = 600, 64, 16

@@ -24,7 +24,7 @@ import pytest
 from scipy import stats
 
 from bbqlib import RaBitQQuantizer, SAQQuantizer
-from bbqlib.quantizers.saq_bounds import code_lengths
+from bbqlib.quantizers.saq.bounds import code_lengths
 from bbqlib.similarity import exact_raw, resolve_similarity
 
 GAUSS_COVERAGE = 2 * stats.norm.cdf(1.9) - 1
@@ -96,7 +96,7 @@ def test_each_coded_segment_unbiased_over_rotations(bits):
 def _caq_codes(O, bits, rounds=6):
     """Odd-integer CAQ codes of rows ``O`` as one segment, through the quantizer's kernel."""
     from bbqlib._kernels.saq import caq_encode_rows
-    from bbqlib.quantizers.saq_plan import SAQPlan, Segment
+    from bbqlib.quantizers.saq.plan import SAQPlan, Segment
 
     n, d = O.shape
     plan = SAQPlan((Segment(0, d, bits),), d, d, 8, 10**9)

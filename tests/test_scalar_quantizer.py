@@ -7,10 +7,11 @@ import pytest
 from reference import scalar as ref
 
 import bbqlib
-from bbqlib import scoring
 from bbqlib._kernels import scoring as K
 from bbqlib._validation import NotFittedError, prepare_for_similarity
-from bbqlib.quantizers.scalar import NO_CORRECTIONS, OFFSET_CORRECTIONS, ScalarQuantizer
+from bbqlib.layouts.scan import estimate_raw
+from bbqlib.quantizers.int8 import NO_CORRECTIONS, OFFSET_CORRECTIONS, ScalarQuantizer
+from bbqlib.search.topk import merge_topk
 from bbqlib.similarity import exact_raw, resolve_similarity
 
 SIMILARITIES = ["cosine", "dot_product", "euclidean", "max_inner_product"]
@@ -33,7 +34,7 @@ def _prepared(X, similarity):
 
 def _kernel_raw(q, Q, enc) -> np.ndarray:
     """Float64 raw estimates straight from the kernels (no float32 rounding)."""
-    return scoring.estimate_raw(q.query_codes(Q), q._doc_codes(enc))
+    return estimate_raw(q.query_codes(Q), q._doc_codes(enc))
 
 
 # ----------------------------------------------------------------------------- API
@@ -293,7 +294,7 @@ def test_search_follows_estimates(kw, similarity):
     raw = _kernel_raw(q, Q, enc)
     key = -raw if q.similarity_.is_distance else raw
     ids = np.tile(np.arange(len(X)), (len(Q), 1))
-    keys_ref, ids_ref = scoring.merge_topk(key, ids, 10)
+    keys_ref, ids_ref = merge_topk(key, ids, 10)
     raw_s, ids_s = q.search(Q, enc, 10)
     np.testing.assert_array_equal(ids_s, ids_ref)
     index = bbqlib.FlatIndex(q)

@@ -17,9 +17,10 @@ from reference.scoring import estimate_reference, int_dot, topk_reference
 from bbqlib import BBQQuantizer
 from bbqlib._kernels import candidates as K
 from bbqlib._kernels.scoring import EMPTY_ID
-from bbqlib.adapters import CandidateScorer, check_ids, exact_scorer
+from bbqlib.integrations import CandidateScorer, check_ids, exact_scorer
+from bbqlib.layouts.kernels import KERNELS
 from bbqlib.packing import pack_planes, unpack_planes
-from bbqlib.scoring import KERNELS, merge_topk
+from bbqlib.search.topk import merge_topk
 from bbqlib.similarity import Similarity, exact_raw
 
 DIMS = [1, 3, 7, 63, 65, 127, 384]

@@ -1,4 +1,4 @@
-"""Bulk scoring kernels (bbqlib._kernels.scoring via bbqlib.scoring) against NumPy references.
+"""Bulk scoring kernels (bbqlib._kernels.scoring via bbqlib.search) against NumPy references.
 
 Integer dot products must match exactly; float dots within a rounding bound that grows with
 ``d``; the top-k scan must return exactly the reference's full-sort top k (key desc, id asc),
@@ -17,12 +17,14 @@ from reference.scoring import (
     topk_reference,
 )
 
-from bbqlib import scoring
 from bbqlib._kernels import scoring as K
 from bbqlib.encoding import ENCODINGS
+from bbqlib.layouts import scan
+from bbqlib.layouts.codes import DocCodes, QueryCodes
+from bbqlib.layouts.scan import QUERY_BATCH, estimate_raw
+from bbqlib.layouts.scan import topk_keys as topk_raw
 from bbqlib.packing import pack_planes, plane_words
-from bbqlib.scoring import DocCodes, QueryCodes, estimate_raw, exact_values
-from bbqlib.scoring import topk_keys as topk_raw
+from bbqlib.search.rerank import exact_values
 
 EPS64 = float(np.finfo(np.float64).eps)
 IDENTITY = np.array([0.0, 1.0, 0.0, 0.0])  # (a, l, Σ, add): raw = S = <X, Y> exactly
@@ -223,7 +225,7 @@ def test_true_dimension_not_padded_dimension():
 
 def test_float_chunking(monkeypatch):
     """Plane docs meet float queries in unpacked chunks; ids and masks must follow the offsets."""
-    monkeypatch.setattr(scoring.scan, "UNPACK_CHUNK", 7)
+    monkeypatch.setattr(scan, "UNPACK_CHUNK", 7)
     g = np.random.default_rng(1)
     X = codes(g, 50, 33, 2)
     y = g.normal(size=(3, 33)).astype(np.float32)
@@ -317,7 +319,7 @@ def test_scan_pads_when_k_exceeds_n(kind):
 def test_many_query_batches():
     """More queries than one kernel batch (QUERY_BATCH): results are stitched per batch."""
     g = np.random.default_rng(3)
-    nq = scoring.QUERY_BATCH + 17
+    nq = QUERY_BATCH + 17
     X, Y = codes(g, 300, 40, 2), codes(g, nq, 40, 4)
     check_scan(plane_queries(Y, 4), plane_docs(X, 2), 6)
 

@@ -32,9 +32,9 @@ from bbqlib.index.ivf import plan as P
 from bbqlib.index.ivf import single as single_ivf
 from bbqlib.index.ivf import storage as ST
 from bbqlib.index.single import rerank_finish
-from bbqlib.io.blocks import row_bytes, row_crcs
 from bbqlib.packing import unpack_planes
 from bbqlib.similarity import Similarity
+from bbqlib.storage.blocks import row_bytes, row_crcs
 
 SIMILARITIES = ["euclidean", "cosine", "dot_product", "max_inner_product"]
 

@@ -1,4 +1,4 @@
-"""Rerank vectors stored as float32, float16 or int8 (bbqlib.scoring.stored) in both indexes."""
+"""Rerank vectors stored as float32, float16 or int8 (bbqlib.search.stored) in both indexes."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import bbqlib
 from bbqlib import CorruptFileError, FlatIndex, IVFIndex
 from bbqlib.analysis.ground_truth import exact_knn
-from bbqlib.scoring import exact_mode, exact_values
-from bbqlib.scoring.stored import (
+from bbqlib.search.rerank import exact_mode, exact_values
+from bbqlib.search.stored import (
     check_store_vectors,
     stored_exact_values,
     stored_kind_of,
@@ -188,7 +188,7 @@ def test_flat_bound_rerank_reads_int8_rows(data):
 
 
 def test_flat_file_with_wrong_vectors_is_corrupt(data, tmp_path):
-    from bbqlib.io.container import read_container, write_container
+    from bbqlib.storage.container import read_container, write_container
 
     X, _, _ = data
     index = FlatIndex(bits=1, similarity="cosine", store_vectors="float16")

@@ -9,7 +9,7 @@ import bbqlib
 from bbqlib._kernels import fused as KF
 from bbqlib._kernels import policy
 from bbqlib._kernels import single as KO
-from bbqlib.io.preload import preload_arrays
+from bbqlib.storage.preload import preload_arrays
 
 
 def test_warmup_without_index_starts_the_runtime():

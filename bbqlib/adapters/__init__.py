@@ -1,32 +1,5 @@
-"""Plug bbqlib's codes and scorers into other engines.
+"""Moved to :mod:`bbqlib.integrations`; this path is removed in bbqlib 0.4."""
 
-* :class:`CandidateScorer` (``quantizer.scorer(query, enc)``) and :func:`exact_scorer`:
-  estimates and exact values for candidate ids any engine produces.
-* :mod:`bbqlib.adapters.usearch` — an HNSW graph built by usearch over BBQ codes.
-* :mod:`bbqlib.adapters.faiss`, :mod:`bbqlib.adapters.hnswlib` — faiss / hnswlib routing
-  queries to lists of bbqlib codes.
-* :mod:`bbqlib.adapters.ann_benchmarks` — wrappers of bbqlib's indexes with the interface of
-  ann-benchmarks' ``BaseANN``; :mod:`bbqlib.adapters.ann_benchmarks_plugin` installs them into
-  a harness checkout (``python -m bbqlib ann-benchmarks-plugin HARNESS_DIR``).
+from .._deprecated import moved
 
-The engines are optional: each submodule imports its engine when used and names the pip
-extra when it is missing.
-"""
-
-from .scorer import (
-    CandidateScorer,
-    ExactScorer,
-    check_ids,
-    exact_candidates,
-    exact_scorer,
-    score_candidates,
-)
-
-__all__ = [
-    "CandidateScorer",
-    "ExactScorer",
-    "check_ids",
-    "exact_candidates",
-    "exact_scorer",
-    "score_candidates",
-]
+moved(__name__, "bbqlib.integrations")

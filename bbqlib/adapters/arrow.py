@@ -1,11 +1,5 @@
-"""Arrow record batches of codes and corrections (re-exported from :mod:`bbqlib.io.exchange`).
+"""Moved to :mod:`bbqlib.integrations.exchange`; this path is removed in bbqlib 0.4."""
 
-``to_arrow(enc, quantizer=None) -> pyarrow.RecordBatch`` and
-``from_arrow(batch, quantizer) -> EncodedVectors``; pyarrow is the ``bbqlib[arrow]`` extra.
-"""
+from .._deprecated import moved
 
-from __future__ import annotations
-
-from ..io.exchange import ARROW_METADATA_KEY, from_arrow, to_arrow
-
-__all__ = ["ARROW_METADATA_KEY", "from_arrow", "to_arrow"]
+moved(__name__, "bbqlib.integrations.exchange")

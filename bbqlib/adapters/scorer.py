@@ -1,19 +1,5 @@
-"""Candidate scorers for other engines; they live in :mod:`bbqlib.scoring.candidates`."""
+"""Moved to :mod:`bbqlib.search.candidates`; this path is removed in bbqlib 0.4."""
 
-from ..scoring.candidates import (
-    CandidateScorer,
-    ExactScorer,
-    check_ids,
-    exact_candidates,
-    exact_scorer,
-    score_candidates,
-)
+from .._deprecated import moved
 
-__all__ = [
-    "CandidateScorer",
-    "ExactScorer",
-    "check_ids",
-    "exact_candidates",
-    "exact_scorer",
-    "score_candidates",
-]
+moved(__name__, "bbqlib.search.candidates")

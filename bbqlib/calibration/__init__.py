@@ -340,7 +340,7 @@ def calibrate(
     -----
     Recall is measured, not predicted: each candidate index is built over ``X`` and
     searched. Encodes are shared across query widths and stored-vector kinds, the IVF
-    lists across quantizers (:mod:`bbqlib.index.variants`), and the walk over the space
+    lists across quantizers (:mod:`bbqlib.calibration.parts`), and the walk over the space
     stops at the first bytes-per-vector group that meets the target
     (:mod:`bbqlib.calibration.search`). Latency is single-thread time per query of a
     batched search.

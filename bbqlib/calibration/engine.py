@@ -3,7 +3,7 @@
 What does not change between configurations is computed once: the prepared vectors and
 their float16 / int8 copies, one encode per (family, preconditioning, doc bits) (every query
 width and every kind of stored vectors reuse it), and for the IVF one clustering (a 1-bit
-reference build) whose lists every quantizer re-codes (:mod:`bbqlib.index.variants`).
+reference build) whose lists every quantizer re-codes (:mod:`bbqlib.calibration.parts`).
 Encodes are kept in a cache bounded in bytes (least recently used first out).
 
 Measurements are remembered per query: a query (identified by its bytes) already searched
@@ -22,11 +22,11 @@ import numpy as np
 
 from .._validation import check_vectors, prepare_for_similarity
 from ..index import IVFIndex
-from ..index.variants import flat_from_parts, ivf_coverage, ivf_fit, ivf_recoded, ivf_variant
 from ..quantizers import BBQQuantizer
-from ..scoring.stored import to_stored
+from ..search.stored import to_stored
 from ..similarity import Similarity
 from .measure import Measurement, bootstrap_bounds, measure
+from .parts import flat_from_parts, ivf_coverage, ivf_fit, ivf_recoded, ivf_variant
 from .record import Configuration
 from .sizing import CONTAINER_BYTES, flat_sizes, ivf_sizes
 

@@ -64,7 +64,7 @@ class Configuration:
     @property
     def encoding(self) -> Encoding:
         if self.family == "saq":
-            from ..quantizers.saq_encoding import SAQEncoding, saq_corrections_dtype
+            from ..quantizers.saq.encoding import SAQEncoding, saq_corrections_dtype
 
             row = ENCODINGS.lookup("saq", 0, self.query_bits)
             return SAQEncoding(

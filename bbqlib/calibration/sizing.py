@@ -61,8 +61,8 @@ import math
 from dataclasses import dataclass
 
 from ..encoding import Encoding
-from ..scoring import use_lut
-from ..scoring.stored import stored_row_bytes
+from ..layouts.kernels import use_lut
+from ..search.stored import stored_row_bytes
 
 __all__ = ["Sizing", "entries_per_vector_at", "flat_sizes", "ivf_sizes", "sizing"]
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..encoding import ENCODINGS, Encoding
 from ..quantizers import BBQQuantizer, Quantizer, RaBitQQuantizer, SAQQuantizer, ScalarQuantizer
-from ..scoring.stored import stored_row_bytes
+from ..search.stored import stored_row_bytes
 
 __all__ = [
     "FamilySpace",

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from .._validation import check_vectors, prepare_for_similarity
-from ..io.blocks import BLOCK_ROWS, row_crcs
-from ..io.streamed import StreamedContainer, crc32_combine, write_rows
-from ..scoring.stored import stored_row_bytes, to_stored
+from ..search.stored import stored_row_bytes, to_stored
+from ..storage.blocks import BLOCK_ROWS, row_crcs
+from ..storage.streamed import StreamedContainer, crc32_combine, write_rows
 from ._dask import set_worker_threads, shared_value
 
 __all__ = [
@@ -47,7 +47,7 @@ class BuildState:
     staging: str
     vectors: str | None  # the one vector segment (.npy, preallocated), None: no vectors
     vectors_offset: int  # bytes of its .npy header
-    vector_kind: str | None = "float32"  # the stored kind (bbqlib.scoring.stored)
+    vector_kind: str | None = "float32"  # the stored kind (bbqlib.search.stored)
 
 
 def prepared(block, quantizer, dim: int) -> np.ndarray:
@@ -143,7 +143,7 @@ def _row_bytes(rows: np.ndarray) -> np.ndarray:
 
 def block_crc_pieces(rows: np.ndarray, row0: int, block_rows: int = BLOCK_ROWS) -> list:
     """CRC32 of the part of every checksum block (``block_rows`` rows of the whole segment,
-    :mod:`bbqlib.io.blocks`) that rows ``row0 : row0 + len(rows)`` cover, as
+    :mod:`bbqlib.storage.blocks`) that rows ``row0 : row0 + len(rows)`` cover, as
     ``(block, crc32, bytes)``; the driver joins a block's pieces with ``crc32_combine``.
     Blocks of one row (files written now): one piece ``(row0, uint32 CRCs of the rows, None)``.
     """
@@ -232,7 +232,7 @@ def merge_lists(plan: MergePlan, j0: int, j1: int):
 
 
 def join_blocks(results, n: int, block_rows: int = BLOCK_ROWS) -> np.ndarray:
-    """The vector segment's block CRC32s (:mod:`bbqlib.io.blocks`) from the partitions'
+    """The vector segment's block CRC32s (:mod:`bbqlib.storage.blocks`) from the partitions'
     pieces (a block that spans two partitions has a piece in each), without reading it."""
     crcs = np.zeros(-(-n // block_rows), dtype=np.uint32)
     seen = np.zeros(crcs.size, dtype=bool)

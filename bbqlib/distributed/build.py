@@ -45,9 +45,9 @@ from ..index.ivf.build import (
     split_lists,
 )
 from ..index.ivf.staging import staging_folder
-from ..io.atomic import LockError, resolve_target
-from ..io.blocks import BLOCK_ROWS, BlockChecksums
 from ..packing import lut_block_starts
+from ..storage.atomic import LockError, resolve_target
+from ..storage.blocks import BLOCK_ROWS, BlockChecksums
 from ._dask import broadcast, require, resolve_client, run_tasks
 from ._tasks import join_blocks, list_ranges
 from .inputs import as_dask_array
@@ -127,7 +127,7 @@ def build_ivf(
     store_vectors : bool or {"float32", "float16", "int8"}, default True
         The rerank vectors, as for :class:`~bbqlib.IVFIndex` (``True``: float32); each
         worker converts its rows with the local build's own conversion
-        (:func:`bbqlib.scoring.stored.to_stored`), so the vector file is byte for byte the
+        (:func:`bbqlib.search.stored.to_stored`), so the vector file is byte for byte the
         one ``IVFIndex.add`` writes.
     refine : bool, default True
         One pass over all rows moving every centroid to the mean of its rows (stage 3),
@@ -380,7 +380,7 @@ class _Build:
         vectors, offset, kind = None, 0, index.store_vectors or None
         if kind:  # one .npy for all rows (the local writer's header): workers fill it in place
             from ..index.ivf.segments import segment_header
-            from ..scoring.stored import stored_row_bytes
+            from ..search.stored import stored_row_bytes
 
             self.vectors = self.staging / f"vectors.{secrets.token_hex(8)}.npy"
             header = segment_header(self.n, self.d, kind)
@@ -403,7 +403,7 @@ class _Build:
     def merge(self, a, results):
         """SOAR cap over all rows, then lists merged into one posting file by the workers."""
         from ..index.ivf import storage as ST
-        from ..io.streamed import StreamedContainer, crc32_combine, write_rows
+        from ..storage.streamed import StreamedContainer, crc32_combine, write_rows
         from ._tasks import MergePlan, merge_lists
 
         K = a.n_lists
@@ -476,13 +476,13 @@ class _Build:
         from ..index.ivf import files as F
         from ..index.ivf import storage as ST
         from ..index.ivf.postings import Postings
-        from ..io.container import read_container
+        from ..storage.container import read_container
 
         with ST.directory_lock(self.path):  # an open must not take them for leftovers
             container, section_crc, start, crc, lut_crc = postings
             segments = []
             if self.vectors is not None:
-                from ..io.streamed import crc32_combine
+                from ..storage.streamed import crc32_combine
 
                 vec_crc = 0
                 for r in results:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io.vectors import SUPPORTED_SUFFIXES, read_vectors
+from ..formats.vectors import SUPPORTED_SUFFIXES, read_vectors
 from ._dask import require
 
 __all__ = ["BLOCK_BYTES", "from_files", "from_parquet", "as_dask_array"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..scoring import check_scores, pad_value, result_columns
+from ..search.finish import check_scores, pad_value, result_columns
 from ._dask import require, resolve_client
 
 __all__ = ["ShardedIndex"]
@@ -27,7 +27,7 @@ def _search(index, queries, k, scores, kwargs):
 def _merge(parts, offsets, k: int, similarity, scores: str):
     """Best ``k`` of the shards' results (their values returned as they are, so that a
     shard's score is bit-identical to the union's): by key, ties to the lower global id;
-    ``k`` columns, padded as :func:`bbqlib.scoring.finish` pads."""
+    ``k`` columns, padded as :func:`bbqlib.search.finish` pads."""
     values = np.concatenate([p[0] for p in parts], axis=1)
     ids = np.concatenate(
         [np.where(p[1] >= 0, p[1] + off, -1) for p, off in zip(parts, offsets, strict=True)],

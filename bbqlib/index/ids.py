@@ -85,7 +85,7 @@ class RowIds:
             next_id = self.n if ids is None else (int(ids.max()) + 1 if ids.size else 0)
         self.next_id = int(next_id)
         self._sorted: tuple[np.ndarray, np.ndarray] | None = None
-        #: Block CRC32s of ``ids`` mapped from a file (:class:`bbqlib.io.blocks.
+        #: Block CRC32s of ``ids`` mapped from a file (:class:`bbqlib.storage.blocks.
         #: BlockChecksums`), checked block by block as results are mapped; None in RAM.
         self.checks = None
 

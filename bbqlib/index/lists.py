@@ -2,7 +2,7 @@
 
 An engine (a faiss coarse quantizer, an hnswlib graph over centroids) routes each query to a
 few lists; bbqlib scores every doc of those lists with its asymmetric estimate in one numba
-kernel (the IVF list kernels of :data:`bbqlib.scoring.KERNELS`, every list coded against the
+kernel (the IVF list kernels of :data:`bbqlib.layouts.kernels.KERNELS`, every list coded against the
 quantizer's one centre), keeps the best ``k' = ceil(k · oversample)`` and reranks them on
 float vectors.
 """
@@ -13,20 +13,12 @@ import numpy as np
 
 from .._params import check_int
 from .._validation import check_k, check_vectors, owned_rows, prepare_for_similarity
+from ..layouts.kernels import KERNELS
 from ..quantizers import BBQQuantizer, EncodedVectors, Quantizer
-from ..scoring import (
-    EMPTY_ID,
-    KERNELS,
-    candidate_count,
-    check_oversample,
-    check_scores,
-    exact_mode,
-    exact_values,
-    finish,
-    merge_topk,
-    rerank_keys,
-    result_columns,
-)
+from ..search import finish
+from ..search.finish import check_scores, result_columns
+from ..search.rerank import candidate_count, check_oversample, exact_mode, exact_values, rerank_keys
+from ..search.topk import EMPTY_ID, merge_topk
 from .ids import RowIds
 
 

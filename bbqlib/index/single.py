@@ -19,7 +19,8 @@ import numpy as np
 from .._kernels import single as KO
 from .._kernels.cache import has_entries
 from .._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE
-from ..scoring import SCORE_KINDS, candidate_count, check_oversample, result_columns
+from ..search.finish import SCORE_KINDS, result_columns
+from ..search.rerank import candidate_count, check_oversample
 from ..similarity import Similarity, scores_from_raw
 
 __all__ = [

@@ -1,17 +1,5 @@
-"""The errors bbqlib raises for files it cannot trust."""
+"""Moved to :mod:`bbqlib.storage.errors`; this path is removed in bbqlib 0.4."""
 
-from __future__ import annotations
+from .._deprecated import moved
 
-__all__ = ["CorruptFileError", "UnsupportedFormatError"]
-
-
-class CorruptFileError(ValueError):
-    """The file is truncated, corrupted or not a bbqlib file.
-
-    The message names the file and what is wrong with it. A subclass of ``ValueError``, so
-    code that caught ``ValueError`` for bad files keeps working.
-    """
-
-
-class UnsupportedFormatError(CorruptFileError):
-    """The file was written by a newer bbqlib, in a format version this one cannot read."""
+moved(__name__, "bbqlib.storage.errors")

@@ -1,17 +1,12 @@
 """Quantizers: BBQ (OSQ), RaBitQ, int8 scalar quantization."""
 
 from .base import Quantizer
-from .bbq import BBQQuantizer
 from .encoded import EncodedVectors
-from .rabitq import RaBitQQuantizer
+from .int8 import GlobalScalarQuantizer, OSQScalarQuantizer, PerDimScalarQuantizer, ScalarQuantizer
+from .osq.quantizer import BBQQuantizer
+from .rabitq.quantizer import RaBitQQuantizer
 from .registry import quantizer_from_state, register_quantizer
-from .saq import SAQQuantizer
-from .scalar import (
-    GlobalScalarQuantizer,
-    OSQScalarQuantizer,
-    PerDimScalarQuantizer,
-    ScalarQuantizer,
-)
+from .saq.quantizer import SAQQuantizer
 
 __all__ = [
     "Quantizer",

@@ -11,7 +11,7 @@ attributes, and implements four hooks:
 The base owns everything else: the scikit-learn estimator contract by duck typing (without
 importing scikit-learn), the fit skeleton (validation, similarity rules, the optional
 transform), files (:meth:`get_state` / :meth:`from_state`), estimates, top-k and candidate
-scorers through :mod:`bbqlib.scoring`.
+scorers through :mod:`bbqlib.search`.
 """
 
 from __future__ import annotations
@@ -21,10 +21,13 @@ from typing import ClassVar
 
 import numpy as np
 
-from .. import scoring
 from .._params import validate_params
 from .._validation import NotFittedError, check_k, check_vectors, prepare_for_similarity
 from ..encoding import ENCODINGS, Encoding
+from ..layouts import scan as layout_scan
+from ..layouts.codes import DocCodes, QueryCodes
+from ..layouts.scan import estimate_raw
+from ..search.candidates import CandidateScorer
 from ..similarity import Similarity, resolve_similarity, scores_from_raw
 from .encoded import EncodedVectors
 
@@ -209,10 +212,10 @@ class Quantizer:
     def encode(self, X) -> EncodedVectors:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _doc_codes(self, enc: EncodedVectors) -> scoring.DocCodes:  # pragma: no cover
+    def _doc_codes(self, enc: EncodedVectors) -> DocCodes:  # pragma: no cover
         raise NotImplementedError
 
-    def _query_codes(self, Q: np.ndarray) -> scoring.QueryCodes:  # pragma: no cover
+    def _query_codes(self, Q: np.ndarray) -> QueryCodes:  # pragma: no cover
         raise NotImplementedError
 
     # -- shared scoring -------------------------------------------------------------------
@@ -232,13 +235,13 @@ class Quantizer:
         X = check_vectors(X, name, dim=self.dim_, allow_1d=allow_1d)
         return prepare_for_similarity(X, self.similarity_, name)
 
-    def _cached_doc_codes(self, enc: EncodedVectors) -> scoring.DocCodes:
+    def _cached_doc_codes(self, enc: EncodedVectors) -> DocCodes:
         key = ("doc_codes", self.fingerprint_)
         if key not in enc._cache:
             enc._cache[key] = self._doc_codes(enc)
         return enc._cache[key]
 
-    def query_codes(self, Q) -> scoring.QueryCodes:
+    def query_codes(self, Q) -> QueryCodes:
         """Quantize queries (1-D or 2-D) as the kernels take them."""
         return self._query_codes(self._validated(Q, "Q", allow_1d=True))
 
@@ -255,7 +258,7 @@ class Quantizer:
             )
         self._check_encoded(enc)
         q = self.query_codes(Q)
-        return scoring.estimate_raw(q, self._cached_doc_codes(enc)).astype(np.float32)
+        return estimate_raw(q, self._cached_doc_codes(enc)).astype(np.float32)
 
     def similarity_scores(self, Q, enc: EncodedVectors) -> np.ndarray:
         """Lucene-mapped scores [nq, n], higher is better (see :mod:`bbqlib.similarity`)."""
@@ -283,7 +286,7 @@ class Quantizer:
         """
         self._check_encoded(enc)
         q = self._query_codes(Qp)
-        return scoring.topk_keys(q, self._cached_doc_codes(enc), k, allowed=allowed,
+        return layout_scan.topk_keys(q, self._cached_doc_codes(enc), k, allowed=allowed,
                                  id_base=id_base)  # fmt: skip
 
     def scorer(self, query, enc: EncodedVectors):
@@ -300,7 +303,7 @@ class Quantizer:
 
         Returns
         -------
-        bbqlib.scoring.CandidateScorer
+        bbqlib.search.candidates.CandidateScorer
             ``score_ids(ids)`` takes integer ids in ``[0, len(enc))`` (any integer dtype).
         """
         self._check_encoded(enc)
@@ -309,7 +312,7 @@ class Quantizer:
             raise ValueError(
                 f"query must be one vector [d], got {len(qc)} rows; make one scorer per query"
             )
-        return scoring.CandidateScorer(qc, self._cached_doc_codes(enc))
+        return CandidateScorer(qc, self._cached_doc_codes(enc))
 
     # -- codes against list centres (IVF) -------------------------------------------------
     def transform_rows(self, X: np.ndarray) -> np.ndarray:

@@ -123,7 +123,7 @@ class OSQScanner(Scanner):
 
     def flat_one(self, codes):
         from .._kernels import single as KO
-        from ..scoring import use_lut
+        from ..layouts.kernels import use_lut
 
         q = self.quantizer
         enc = q.encoding_
@@ -143,7 +143,7 @@ class OSQScanner(Scanner):
         return FlatOne(KO.flat_lut_one, scan)
 
     def ivf_one(self, postings, centroids, list_cc):
-        from ..scoring import use_lut
+        from ..layouts.kernels import use_lut
 
         q = self.quantizer
         enc = q.encoding_

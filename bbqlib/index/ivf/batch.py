@@ -4,7 +4,7 @@ The path of :meth:`bbqlib.IVFIndex.search` when the single-query path (:mod:`.si
 does not serve: validation of the search options, the visit budget (spec §6.7), the
 thread cap for small searches, the allowed-row mask (filter and tombstones), one
 :func:`.plan.plan_batch`, one :func:`.scan.scan_lists`, the SOAR de-duplication, the
-exact rerank on the stored vectors and :func:`bbqlib.scoring.finish`.
+exact rerank on the stored vectors and :func:`bbqlib.search.finish`.
 """
 
 from __future__ import annotations
@@ -13,14 +13,10 @@ import numpy as np
 
 from ..._kernels.policy import cap_threads, threads_for
 from ..._validation import check_k
-from ...scoring import (
-    candidate_count,
-    check_oversample,
-    check_scores,
-    dedup_topk,
-    finish,
-    result_columns,
-)
+from ...search import finish
+from ...search.finish import check_scores, result_columns
+from ...search.rerank import candidate_count, check_oversample
+from ...search.topk import dedup_topk
 from ...similarity import Similarity
 from ..ids import filter_rows
 from . import files as F
@@ -105,7 +101,7 @@ def search_batch(
 
 
 def finish_rows(index, keys, rows, k, scores):
-    """:func:`bbqlib.scoring.finish`, then rows mapped to the caller's ids."""
+    """:func:`bbqlib.search.finish`, then rows mapped to the caller's ids."""
     out, rows = finish(keys, rows, k, index.similarity_, scores)
     return out, index._row_ids.of_rows(rows)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...io.container import CorruptFileError, peek_container
+from ...storage.container import CorruptFileError, peek_container
 
 __all__ = [
     "BIND_FORMAT", "new_token", "check_manifest_token", "check_header", "postings_meta",

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..._kernels import ivf as KI
-from ...io.atomic import temp_path
+from ...storage.atomic import temp_path
 from .postings import Postings
 
 __all__ = [
@@ -335,7 +335,7 @@ def split_large_lists(index) -> None:
 def prepared_batches(index, source, show: bool, desc: str):
     """Validated, similarity-prepared float32 blocks of ``source``."""
     from ..._validation import check_vectors, prepare_for_similarity
-    from ...io.vectors import iter_vector_batches
+    from ...formats.vectors import iter_vector_batches
 
     dim = source.shape[1]
     bar = progress_bar(show, source.shape[0], desc)
@@ -353,7 +353,7 @@ def build(index, source: np.ndarray, show: bool) -> None:
     copy in the quantizer's space (a temporary file next to an index with a ``path``) is what
     is clustered and encoded.
     """
-    from ...scoring.stored import to_stored
+    from ...search.stored import to_stored
     from . import storage as ST
 
     n, d = source.shape
@@ -414,7 +414,7 @@ def add_more(index, source: np.ndarray, show: bool) -> None:
     index._assign = np.concatenate([np.asarray(index._assign), assign])
     index._set_deleted(np.concatenate([index._deleted, np.zeros(n, dtype=bool)]))
     if index.store_vectors:
-        from ...scoring.stored import to_stored
+        from ...search.stored import to_stored
 
         index._segments.append(ST.Segment(to_stored(prepared, index.store_vectors)))
     index._ntotal = n0 + n

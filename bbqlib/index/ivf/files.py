@@ -17,11 +17,11 @@ import numpy as np
 
 from ..._version import __version__
 from ...encoding import LUT_LANES, encoding_from_wire
-from ...io.blocks import BlockChecksums
-from ...io.container import CorruptFileError
 from ...packing import lut_block_starts
 from ...quantizers import BBQQuantizer, quantizer_from_state
 from ...similarity import resolve_similarity
+from ...storage.blocks import BlockChecksums
+from ...storage.container import CorruptFileError
 from ..ids import RowIds
 from . import plan as P
 from . import storage as ST

@@ -13,8 +13,8 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from ...io.atomic import resolve_target
-from .._locks import IndexGuard
+from ...storage.atomic import resolve_target
+from ..guard import IndexGuard
 from . import files as F
 from . import storage as ST
 

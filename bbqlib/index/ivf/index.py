@@ -21,10 +21,10 @@ from ..._kernels.policy import thread_scope
 from ..._params import check_int
 from ..._validation import NotFittedError
 from ...quantizers import BBQQuantizer, Quantizer
-from ...scoring import check_oversample
-from ...scoring.stored import check_store_vectors
+from ...search.rerank import check_oversample
+from ...search.stored import check_store_vectors
 from ...similarity import Similarity
-from .._locks import IndexGuard
+from ..guard import IndexGuard
 from ..ids import RowIds
 from . import batch as S
 from . import files as F
@@ -99,7 +99,7 @@ class IVFIndex(GuardedWrites):
     store_vectors : {"float32", "float16", "int8"} or bool, default "float32"
         Keep the vectors for the exact rerank (and for re-clustering on growth) as float32
         (``True``, ``4·d`` bytes per vector), float16 (``2·d``) or int8 with a per-vector
-        scale (``d + 4``; :mod:`bbqlib.scoring.stored`), or not at all (``False``: searches
+        scale (``d + 4``; :mod:`bbqlib.search.stored`), or not at all (``False``: searches
         return quantized scores). The rerank scores the decoded rows exactly.
     visit_percentage, oversample : float, optional
         Defaults of :meth:`search` (``None``: the dynamic budget, the encoding's depth).
@@ -388,7 +388,7 @@ class IVFIndex(GuardedWrites):
 
         ``preload=True`` reads the posting lists into the page cache now (as
         Elasticsearch's ``index.store.preload``), so that the first searches do not wait for
-        the disk (:func:`bbqlib.io.preload.preload_arrays`); with :func:`bbqlib.warmup` the
+        the disk (:func:`bbqlib.storage.preload.preload_arrays`); with :func:`bbqlib.warmup` the
         first query then costs about what later ones do.
 
         Raises ``FileNotFoundError`` when ``path`` holds no index (after removing what a
@@ -408,7 +408,7 @@ class IVFIndex(GuardedWrites):
         F.load_into(index, path, opened)  # the stored quantizer replaces BBQQuantizer()
         index._fitted = True
         if preload:
-            from ...io.preload import preload_arrays
+            from ...storage.preload import preload_arrays
 
             preload_arrays(index._postings.arrays().values())
         return index

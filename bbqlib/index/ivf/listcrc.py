@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...io.container import crc32_of
 from ...packing import lut_block_starts
+from ...storage.container import crc32_of
 
 __all__ = ["list_crc", "list_crcs", "bad_lists"]
 

@@ -22,7 +22,7 @@ from ..._kernels import ivf as KI
 from ..._kernels import scoring as KS
 from ..._kernels import vnni as KV
 from ..._validation import row_sq_norms
-from ...quantizers.osq import DEFAULT_ITERS, DEFAULT_LAMBDA, quantize_rows
+from ...quantizers.osq.math import DEFAULT_ITERS, DEFAULT_LAMBDA, quantize_rows
 
 __all__ = [
     "CENTROID_BITS",

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ...io.container import CorruptFileError
 from ...packing import lut_list_blocks
+from ...storage.container import CorruptFileError
 from . import storage as ST
 
 __all__ = ["Postings", "merge_postings"]

@@ -12,8 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...encoding import Encoding, padded_dim
-from ...scoring import EMPTY_ID, KERNELS, exact_mode, rerank_keys, use_lut
-from ...scoring.stored import stored_exact_values
+from ...layouts.kernels import KERNELS, use_lut
+from ...search.rerank import exact_mode, rerank_keys
+from ...search.stored import stored_exact_values
+from ...search.topk import EMPTY_ID
 from ...similarity import Similarity
 from .postings import Postings
 

@@ -1,7 +1,7 @@
 """Rerank vector segments of an IVF directory: ``vectors.<token>.npy`` files.
 
 Immutable ``.npy`` files (rows of the index in row order, as given, normalized for cosine),
-memory-mapped for the exact rerank, of one of the kinds of :mod:`bbqlib.scoring.stored`
+memory-mapped for the exact rerank, of one of the kinds of :mod:`bbqlib.search.stored`
 (the header's ``vector_dtype``, format 6; float32 before): float32 ``<f4 [n, d]``, float16
 ``<f2 [n, d]`` or int8 records ``[("scale", "<f4"), ("codes", "i1", (d,))] [n]``. The
 header records each segment's CRC32 and (since format 8) a CRC32 per row over the stored
@@ -20,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ...io.atomic import atomic_path
-from ...io.blocks import BLOCK_ROWS, BlockChecksums, BlockCRCWriter, advise_random
-from ...io.container import crc32_of
-from ...io.errors import CorruptFileError
-from ...scoring.stored import stored_kind_of, to_stored, vector_dtype
+from ...search.stored import stored_kind_of, to_stored, vector_dtype
+from ...storage.atomic import atomic_path
+from ...storage.blocks import BLOCK_ROWS, BlockChecksums, BlockCRCWriter, advise_random
+from ...storage.container import crc32_of
+from ...storage.errors import CorruptFileError
 
 __all__ = ["Segment", "write_segment", "segment_header", "map_segment", "with_block_checksums"]
 
@@ -33,7 +33,7 @@ __all__ = ["Segment", "write_segment", "segment_header", "map_segment", "with_bl
 class Segment:
     """A block of stored rerank vectors (rows ``start : start + len(array)`` of the index).
 
-    ``array`` is of one of the kinds of :mod:`bbqlib.scoring.stored`; ``file`` is the
+    ``array`` is of one of the kinds of :mod:`bbqlib.search.stored`; ``file`` is the
     segment's path once it is on disk (then ``array`` is a read-only memory map of it) and
     ``crc32`` the CRC of its data bytes.
     """
@@ -48,7 +48,7 @@ class Segment:
 
     @property
     def kind(self) -> str:
-        """``"float32"``, ``"float16"`` or ``"int8"`` (:mod:`bbqlib.scoring.stored`)."""
+        """``"float32"``, ``"float16"`` or ``"int8"`` (:mod:`bbqlib.search.stored`)."""
         return stored_kind_of(self.array)
 
     def check_rows(self, rows: np.ndarray) -> None:
@@ -63,10 +63,10 @@ def write_segment(
     """Stream batches into a new ``vectors.<token>.npy`` of ``kind`` (atomic); return it mapped.
 
     ``batches`` yields float32 [m, dim] rows (converted to ``kind`` here by
-    :func:`bbqlib.scoring.stored.to_stored`) or rows already of ``kind``. The row count is
+    :func:`bbqlib.search.stored.to_stored`) or rows already of ``kind``. The row count is
     not needed in advance: the ``.npy`` header is rewritten at the end (its length does not
     change, NumPy pads it to a fixed 64-byte multiple, and we reserve room for a 20-digit
-    count). The CRC32 of the data and of every block of :data:`~bbqlib.io.blocks.BLOCK_ROWS`
+    count). The CRC32 of the data and of every block of :data:`~bbqlib.storage.blocks.BLOCK_ROWS`
     rows (over the stored bytes of ``kind``) are recorded.
     ``expect_crc``: the CRC32 the copied rows must have (a stored segment copied elsewhere);
     on a mismatch nothing is written and ``CorruptFileError`` is raised.

@@ -24,10 +24,11 @@ from ..._kernels import fused as KF
 from ..._kernels import rerank as KR
 from ..._kernels import single as KO
 from ..._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE
-from ...io.blocks import row_bytes
-from ...scoring import SCORE_KINDS, candidate_count, check_oversample, pad_value, result_columns
-from ...scoring.stored import stored_exact_values
+from ...search.finish import SCORE_KINDS, pad_value, result_columns
+from ...search.rerank import candidate_count, check_oversample
+from ...search.stored import stored_exact_values
 from ...similarity import Similarity
+from ...storage.blocks import row_bytes
 from ..single import finish_scores, float_rows, one_query, prepared_query, tier_of
 from . import files as F
 from . import plan as P
@@ -42,7 +43,7 @@ _NO_ROW_DATA = np.zeros((1, 1), dtype=np.uint8)
 _NO_ROW_CRCS = np.zeros(1, dtype=np.uint32)
 _NO_TRANSFORM = np.empty(0, dtype=np.float32)
 _NOT_COLD = np.zeros(1, dtype=np.bool_)  # nothing to check: never written
-# No room for the lists or candidate rows to check (``ivf_search_fused``): the usual call.
+# No room for the lists or candidate rows to check (the fused kernels): the usual call.
 _NO_LISTS = np.empty(0, dtype=np.int32)
 _NO_ROWS = np.empty(0, dtype=np.int64)
 
@@ -192,7 +193,7 @@ def ivf_search_one(
 def _settings(index, state, k, visit_percentage, oversample, rerank, scores, pad_to_k):
     """A call's settings resolved (the index's defaults) and checked, or None where the
     batch path must run: ``(columns, depth, decoded, sim, scores, front, middle, back)``, with
-    ``columns`` the results' columns (:func:`~bbqlib.scoring.result_columns`)."""
+    ``columns`` the results' columns (:func:`~bbqlib.search.finish.result_columns`)."""
     if rerank is None:  # the index's default
         rerank = bool(index.store_vectors)
     if visit_percentage is None:
@@ -309,7 +310,7 @@ def _set_stats(index, n_lists, entries, depth) -> None:
 
 def _rerank_decoded(Qp, stored, rows, k, sim, scores):
     """:func:`rerank_finish` over float16 or int8 stored rows, read by the exact kernel itself
-    on the calling thread (:func:`bbqlib.scoring.stored.stored_exact_values`: the values the
+    on the calling thread (:func:`bbqlib.search.stored.stored_exact_values`: the values the
     batch path's rerank scores, no NumPy gather or decode), then the best ``k`` by (key desc,
     row asc) as :func:`rerank_finish` orders them."""
     dist = sim.is_distance

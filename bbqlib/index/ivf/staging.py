@@ -19,8 +19,8 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from ...io.atomic import DIR_LOCK_NAME, dir_lock_path, path_lock
-from ...io.locks import LockError
+from ...storage.atomic import DIR_LOCK_NAME, dir_lock_path, path_lock
+from ...storage.locks import LockError
 
 __all__ = ["STAGING", "staging_folder", "remove_dead_staging"]
 

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ...io.atomic import (
+from ...search.stored import VECTOR_KINDS
+from ...storage.atomic import (
     DIR_LOCK_NAME,
     LockError,
     atomic_path,
@@ -35,8 +36,8 @@ from ...io.atomic import (
     remove_temp_files,
     resolve_target,
 )
-from ...io.blocks import BlockChecksums, advise_random
-from ...io.container import (
+from ...storage.blocks import BlockChecksums, advise_random
+from ...storage.container import (
     CorruptFileError,
     check_format_version,
     crc32_of,
@@ -44,7 +45,6 @@ from ...io.container import (
     read_container,
     write_container,
 )
-from ...scoring.stored import VECTOR_KINDS
 from . import binding as BI
 from .binding import postings_meta
 from .listcrc import bad_lists, list_crc, list_crcs
@@ -81,7 +81,7 @@ MAGIC = "bbqlib-ivf"
 #: (ids = rows before 4; their segments are checked whole by ``verify()`` until a save
 #: writes them a format-5 header, which computes their block checksums). 6 the kind of the
 #: vector segments (``vector_dtype`` in the header: ``"float32"``, ``"float16"``, ``"int8"``
-#: records of :mod:`bbqlib.scoring.stored`, or null; absent: float32), the block CRC32s
+#: records of :mod:`bbqlib.search.stored`, or null; absent: float32), the block CRC32s
 #: over the stored bytes of that kind, and the search defaults (``visit_percentage``,
 #: ``oversample``). Formats 1 to 5 open with float32 vectors and no search defaults. 7 lets
 #: the postings' ``factors`` have the quantizer's width (``pair_factor_width``: 4 for the
@@ -121,7 +121,7 @@ class StaleIndexError(RuntimeError):
 
 
 def directory_lock(directory, *, blocking: bool = True, timeout: float | None = None):
-    """The advisory lock every writer of the IVF directory holds (:mod:`bbqlib.io.locks`:
+    """The advisory lock every writer of the IVF directory holds (:mod:`bbqlib.storage.locks`:
     raises ``LockError`` when it cannot be taken, ``LockTimeoutError`` after ``timeout``)."""
     return path_lock(dir_lock_path(directory), blocking=blocking, timeout=timeout)
 

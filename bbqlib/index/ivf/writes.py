@@ -12,8 +12,8 @@ import os
 import numpy as np
 
 from ..._validation import check_source
-from ...io.vectors import read_vectors
-from ...scoring.stored import stored_rows
+from ...formats.vectors import read_vectors
+from ...search.stored import stored_rows
 from . import build as B
 from . import files as F
 from . import plan as P

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..encoding import ENCODINGS, SAQ_QUERY_BITS, padded_dim
-from .base import Quantizer
-from .encoded import EncodedVectors
-from .registry import register_quantizer
-from .saq_encoding import (
+from ...encoding import ENCODINGS, SAQ_QUERY_BITS, padded_dim
+from ..base import Quantizer
+from ..encoded import EncodedVectors
+from ..registry import register_quantizer
+from .encoding import (
     DEFAULT_EPS0,
     SAQ_MAX_BITS,
     SAQ_MIN_BITS,
@@ -17,8 +17,8 @@ from .saq_encoding import (
     _check_int,
     saq_corrections_dtype,
 )
-from .saq_ivf import SAQPairs
-from .saq_plan import (
+from .lists import SAQPairs
+from .plan import (
     PlanStats,
     SAQPlan,
     budget_bits,
@@ -27,7 +27,7 @@ from .saq_plan import (
     neighbour_stats,
     plan_segments,
 )
-from .saq_scoring import SAQScoring
+from .scanner import SAQScoring
 
 __all__ = [
     "SAQQuantizer",
@@ -57,7 +57,7 @@ class SAQQuantizer(SAQScoring, SAQPairs, Quantizer):
         Average budget in bits per (padded) dimension, codes and per-segment factors together.
         Fractional averages are fine; the plan spends whole 64-dimension blocks at whole bits,
         so the code bits it realises move in steps of ``block / D_p`` per dimension (1/6 at
-        ``D_p = 384``), see :mod:`bbqlib.quantizers.saq_plan`.
+        ``D_p = 384``), see :mod:`bbqlib.quantizers.saq.plan`.
     query_bits : None or int in 2..16
         ``None`` (default): float queries. Otherwise each query segment is rounded to a uniform
         grid of ``2^query_bits`` levels over its own range (deterministic nearest rounding);
@@ -67,7 +67,7 @@ class SAQQuantizer(SAQScoring, SAQPairs, Quantizer):
     seed : int
         Seed of the per-segment rotations.
     error_model : {"auto", "reference", "neighbour"} or callable
-        The dynamic program's objective (:mod:`bbqlib.quantizers.saq_plan`); ``"auto"`` takes
+        The dynamic program's objective (:mod:`bbqlib.quantizers.saq.plan`); ``"auto"`` takes
         the neighbour-aware model below 2 bits and the reference model from 2 bits up.
     block : {32, 64}
         Segment boundaries fall on multiples of ``block`` PCA dimensions (32: equal or
@@ -220,7 +220,7 @@ class SAQQuantizer(SAQScoring, SAQPairs, Quantizer):
             max_segs=limit,
             model=model if isinstance(model, str) else "custom",
         )
-        from ..transforms.dense import haar_orthogonal
+        from ...transforms.dense import haar_orthogonal
 
         rng = np.random.default_rng(self.seed)
         rotations = [haar_orthogonal(s.dims, rng) for s in plan.segments]
@@ -341,7 +341,7 @@ class SAQQuantizer(SAQScoring, SAQPairs, Quantizer):
 
     def _encode_frame(self, Y, codes, fac) -> None:
         a = self.plan_.arrays()
-        from .._kernels import saq as K  # on first use: import bbqlib stays light
+        from ..._kernels import saq as K  # on first use: import bbqlib stays light
 
         K.caq_encode_rows(
             np.ascontiguousarray(Y, dtype=np.float32),
@@ -373,12 +373,12 @@ class SAQQuantizer(SAQScoring, SAQPairs, Quantizer):
         return R[:, : self.plan_.coded_dims].astype(np.float32), q_add
 
     def _quantize_query(self, Qc: np.ndarray, qb: int | None = None):
-        from .saq_search import quantize_query
+        from .search import quantize_query
 
         return quantize_query(self, Qc, qb)
 
     def _tables(self, Qc: np.ndarray):
-        from .saq_search import float_tables
+        from .search import float_tables
 
         return float_tables(self, Qc)
 

@@ -6,29 +6,23 @@ from pathlib import Path
 
 import numpy as np
 
-from .._validation import (
+from ..._validation import (
     NotFittedError,
     check_source,
     check_vectors,
     owned_rows,
     prepare_for_similarity,
 )
-from ..io.blocks import BlockChecksums
-from ..quantizers import BBQQuantizer, EncodedVectors, Quantizer
-from ..scoring import (
-    candidate_count,
-    check_oversample,
-    check_scores,
-    exact_mode,
-    finish,
-    rerank_keys,
-    result_columns,
-)
-from ..scoring.stored import check_store_vectors, stored_exact_values, stored_rows, to_stored
-from ._locks import IndexGuard
-from .flat_files import FORMAT_VERSION, read_flat, write_flat
-from .ids import RowIds, filter_rows
-from .single import flat_search, flat_tiers
+from ...quantizers import BBQQuantizer, EncodedVectors, Quantizer
+from ...search import finish
+from ...search.finish import check_scores, result_columns
+from ...search.rerank import candidate_count, check_oversample, exact_mode, rerank_keys
+from ...search.stored import check_store_vectors, stored_exact_values, stored_rows, to_stored
+from ...storage.blocks import BlockChecksums
+from ..guard import IndexGuard
+from ..ids import RowIds, filter_rows
+from ..single import flat_search, flat_tiers
+from .files import FORMAT_VERSION, read_flat, write_flat
 
 __all__ = ["FlatIndex", "FORMAT_VERSION"]
 
@@ -46,7 +40,7 @@ class FlatIndex:
         Passed to :class:`~bbqlib.BBQQuantizer` when ``quantizer`` is None.
     store_vectors : {"float32", "float16", "int8"} or bool, default "float32"
         Keep the vectors for the exact rerank, as float32 (``True``), float16 or int8 with a
-        per-vector scale (:mod:`bbqlib.scoring.stored`), or not at all (``False``: searches
+        per-vector scale (:mod:`bbqlib.search.stored`), or not at all (``False``: searches
         return quantized scores).
     oversample : float >= 1, optional
         Default rerank depth of :meth:`search` (``None``: the encoding's default).
@@ -377,7 +371,7 @@ class FlatIndex:
 
     # -- files ------------------------------------------------------------------------------
     def save(self, path) -> Path:
-        """Write the index to one checksummed file, atomically (see :mod:`bbqlib.io.container`).
+        """Write the index to one checksummed file, atomically (:mod:`bbqlib.storage.container`).
 
         Holds the path's advisory lock while writing (and removes temporary files that
         killed writers of ``path`` left). Thread-safe: a concurrent :meth:`add` waits. A

@@ -6,13 +6,12 @@ import math
 
 import numpy as np
 
-from .. import scoring
-from .._kernels.rabitq import bound_rerank
-from .._kernels.rabitq_query import rabitq_query_pairs
-from .._kernels.scoring import EMPTY_ID
-from .._params import Boolean, Integer
-from .._validation import check_k
-from ..encoding import (
+from ..._kernels.rabitq import bound_rerank
+from ..._kernels.rabitq_query import rabitq_query_pairs
+from ..._kernels.scoring import EMPTY_ID
+from ..._params import Boolean, Integer
+from ..._validation import check_k
+from ...encoding import (
     ENCODINGS,
     FAMILIES,
     RABITQ_CORRECTIONS_I32,
@@ -20,11 +19,14 @@ from ..encoding import (
     Encoding,
     padded_dim,
 )
-from ..packing import pack_planes, plane_words, unpack_planes
-from .base import Quantizer
-from .encoded import EncodedVectors
-from .rabitq_codes import fast_rescale_factor, grid_codes, quantize_rows
-from .registry import register_quantizer
+from ...layouts.codes import DocCodes, QueryCodes
+from ...layouts.scan import estimate_raw
+from ...packing import pack_planes, plane_words, unpack_planes
+from ...search.topk import merge_topk
+from ..base import Quantizer
+from ..encoded import EncodedVectors
+from ..registry import register_quantizer
+from .codes import fast_rescale_factor, grid_codes, quantize_rows
 
 __all__ = [
     "RaBitQQuantizer",
@@ -232,7 +234,7 @@ class RaBitQQuantizer(Quantizer):
         cc = float(c @ c)
         return EncodedVectors(codes, corr, enc, d, cc, self.fingerprint_)
 
-    def _doc_codes(self, enc: EncodedVectors) -> scoring.DocCodes:
+    def _doc_codes(self, enc: EncodedVectors) -> DocCodes:
         c = enc.corrections
         bits = enc.encoding.doc_bits
         c_b = -(2**bits - 1) / 2.0
@@ -242,7 +244,7 @@ class RaBitQQuantizer(Quantizer):
         factors[:, 1] = scale
         factors[:, 2] = c["component_sum"]
         factors[:, 3] = c["additional"]
-        return scoring.DocCodes(
+        return DocCodes(
             enc.encoding,
             plane_words(enc.codes),
             factors,
@@ -252,7 +254,7 @@ class RaBitQQuantizer(Quantizer):
         )
 
     # -- queries ----------------------------------------------------------------------------
-    def _query_codes(self, Q: np.ndarray) -> scoring.QueryCodes:
+    def _query_codes(self, Q: np.ndarray) -> QueryCodes:
         return self.query_codes_rotated(self.rotate(Q), self.centroid_)[0]
 
     def query_codes_rotated(self, Qr: np.ndarray, centroid: np.ndarray):
@@ -273,10 +275,10 @@ class RaBitQQuantizer(Quantizer):
             factors[:, 0] = 0.0
             factors[:, 1] = 1.0
             factors[:, 2] = y64.sum(axis=1)
-            return scoring.QueryCodes.of(self.encoding_, y, factors), r_q, np.zeros(len(y))
+            return QueryCodes.of(self.encoding_, y, factors), r_q, np.zeros(len(y))
         codes, e_norm = grid_codes(y64, qb, factors)
         words = plane_words(pack_planes(codes, qb))
-        return scoring.QueryCodes.of(self.encoding_, words, factors), r_q, e_norm
+        return QueryCodes.of(self.encoding_, words, factors), r_q, e_norm
 
     # -- codes against list centres (IVF) -----------------------------------------------------
     def encode_pairs(self, W, rows, centres, lists):
@@ -309,7 +311,7 @@ class RaBitQQuantizer(Quantizer):
 
     def scanner(self):
         """Float residual queries (quantized queries: the batch path)."""
-        from .scanner import ResidualScanner
+        from ..scanner import ResidualScanner
 
         self._check_fitted()
         return ResidualScanner(self)
@@ -365,7 +367,7 @@ class RaBitQQuantizer(Quantizer):
         self._check_encoded(enc)
         Q = self._validated(Q, "Q", allow_1d=True)
         qc, r_q, e_norm = self.query_codes_rotated(self.rotate(Q), self.centroid_)
-        est = scoring.estimate_raw(qc, self._cached_doc_codes(enc))
+        est = estimate_raw(qc, self._cached_doc_codes(enc))
         if not return_bounds:
             return est.astype(np.float32)
         half = eps0 * self._sigma(enc, r_q, e_norm)
@@ -479,7 +481,7 @@ class RaBitQQuantizer(Quantizer):
         for q0 in range(0, nq, batch):
             q1 = min(nq, q0 + batch)
             qc, r_q, e_norm = self.query_codes_rotated(Qr[q0:q1], self.centroid_)
-            est = scoring.estimate_raw(qc, doc_codes)
+            est = estimate_raw(qc, doc_codes)
             keys = self.similarity_.key(est)
             opt = keys + eps0 * self._sigma(codes, r_q, e_norm)
             heap_keys = np.full((q1 - q0, k), -np.inf)
@@ -496,7 +498,7 @@ class RaBitQQuantizer(Quantizer):
                 heap_ids,
                 reads[q0:q1],
             )
-            heap_keys, heap_ids = scoring.merge_topk(heap_keys, heap_ids, k)
+            heap_keys, heap_ids = merge_topk(heap_keys, heap_ids, k)
             empty = heap_ids == EMPTY_ID
             out_keys[q0:q1] = np.where(empty, -np.inf, heap_keys)
             ids[q0:q1] = np.where(empty, -1, heap_ids)

@@ -6,9 +6,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._kernels.ivf import quantize_pairs as _quantize_pairs_kernel
-from .._kernels.osq import osq_quantize
-from ..encoding import padded_dim
+from ..._kernels.ivf import quantize_pairs as _quantize_pairs_kernel
+from ..._kernels.osq import osq_quantize
+from ...encoding import padded_dim
 
 __all__ = ["OSQResult", "quantize_rows", "quantize_pairs", "DEFAULT_LAMBDA", "DEFAULT_ITERS"]
 

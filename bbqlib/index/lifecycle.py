@@ -1,4 +1,9 @@
-"""``bbqlib.repair``: remove what killed writers left at an index path, and say what it did."""
+"""An index's life on disk: open any saved index, repair what killed writers left.
+
+:func:`load` (``bbqlib.load``) opens a flat file or an IVF directory by what its header says it
+holds; :func:`repair` (``bbqlib.repair``) removes what killed writers left at an index path
+and says what it did (:class:`RepairReport`).
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .io.atomic import file_lock_path, path_lock, remove_temp_files
-from .io.container import CorruptFileError, read_container, read_kind
-from .io.locks import LockError, LockTimeoutError, lock_holder
-from .io.vectors import SUPPORTED_SUFFIXES, read_vectors
+from ..formats.vectors import SUPPORTED_SUFFIXES, read_vectors
+from ..storage.atomic import file_lock_path, path_lock, remove_temp_files
+from ..storage.container import CorruptFileError, read_container, read_kind
+from ..storage.locks import LockError, LockTimeoutError, lock_holder
 
-__all__ = ["RepairReport", "repair"]
+__all__ = ["RepairReport", "load", "repair"]
 
 
 @dataclass
@@ -124,7 +129,7 @@ def repair(path, *, verify: bool = True, wait: float = 0.0) -> RepairReport:
             kind = read_kind(path)
             report.kind = "flat" if kind == "flat_index" else "container"
             if kind == "flat_index":
-                from .index.flat import FlatIndex
+                from .flat.index import FlatIndex
 
                 FlatIndex.load(path, verify=verify)
             else:
@@ -158,8 +163,8 @@ def _settled(report: RepairReport) -> RepairReport:
 
 
 def _repair_directory(path: Path, verify: bool, wait: float) -> RepairReport:
-    from .index.ivf import IVFIndex
-    from .index.ivf import storage as ST
+    from .ivf import IVFIndex
+    from .ivf import storage as ST
 
     report = RepairReport(path, "ivf")
     lock = ST.dir_lock_path(path)
@@ -180,3 +185,18 @@ def _repair_directory(path: Path, verify: bool, wait: float) -> RepairReport:
         report.status, report.problem = "corrupt", str(err)
     report.problem = report.problem or lock_problem
     return _settled(report)
+
+
+def load(path, **kwargs):
+    """Open a saved index (flat file or IVF directory), dispatching on its header."""
+    path = Path(path)
+    if path.is_dir():
+        from .ivf import IVFIndex
+
+        return IVFIndex.open(path, **kwargs)
+    kind = read_kind(path)
+    if kind == "flat_index":
+        from .flat.index import FlatIndex
+
+        return FlatIndex.load(path, **kwargs)
+    raise ValueError(f"{path} holds a {kind!r}, which bbqlib.load cannot open")
