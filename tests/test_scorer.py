@@ -170,8 +170,10 @@ def test_score_ids_kernels_match_reference(d):
 
 @njit(cache=True)
 def _unpack_all(packed, planes, plane_bytes, dim, out):
+    words = np.empty(plane_bytes, dtype=np.uint64)
     for i in range(packed.shape[0]):
-        K.unpack_row(packed[i], planes, plane_bytes, dim, out[i])
+        K.unpack_row(packed[i], planes, plane_bytes, words)
+        out[i] = words.view(np.uint8)[:dim]
 
 
 @pytest.mark.parametrize("d", [1, 3, 7, 8, 9, 63, 64, 65, 127, 384])
