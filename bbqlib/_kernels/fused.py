@@ -41,6 +41,7 @@ from .crc32 import check_lists, check_rows
 from .lut import ivf_scan_lut
 from .pairs import grid_pair_rows, residual_pair_rows, scaled_pair_rows
 from .policy import kernel
+from .saq_ivf import ivf_fastscan_saq, pair_terms
 from .scoring import EMPTY_ID
 from .single import _ONE, _ZERO, ivf_plan_two, prepare_one, rerank_dots, rerank_sqdists
 
@@ -52,6 +53,7 @@ __all__ = [
     "ivf_bytes_fused",
     "ivf_float_fused",
     "ivf_grid_fused",
+    "ivf_saq_fused",
 ]
 
 _quantize_pairs = KI.quantize_pairs.serial
@@ -60,6 +62,8 @@ _scan_planes = KI.ivf_scan_planes.serial
 _scan_bytes = KI.ivf_scan_bytes.serial
 _scan_float = KI.ivf_scan_float.serial
 _dedup = KI.dedup_topk_rows.serial
+_pair_terms = pair_terms.serial
+_scan_saq = ivf_fastscan_saq.serial
 
 
 @kernel
@@ -291,6 +295,36 @@ def ivf_grid_fused(x, qp, qt, front, middle, back, outs):
     _scan_bytes(
         qcodes, qf, lists, pair_start, list_start, db, df, ids, list_cc, dim, is_l2, allowed,
         keys, hids,
+    )  # fmt: skip
+    best, rows, entries = _distinct(keys, hids, heap, depth, lists, list_start)
+    return ivf_back(qp, best, rows, back, outs), P, entries
+
+
+@kernel
+def ivf_saq_fused(x, qp, qt, front, middle, back, outs):
+    """SAQ: the query's 4-bit nibble tables in SAQ's frame (made by the caller: they serve
+    every list), each visited list's ``‖q - c‖²`` or ``<q, c>``
+    (:func:`bbqlib._kernels.saq_ivf.pair_terms`) and the lookup-table list scan, one pass or
+    two (:func:`bbqlib._kernels.saq_ivf.ivf_fastscan_saq`). ``middle``: ``(tables, lo, step,
+    w, const, qerr, frows, fconst, refine, centroids, list_cc, list_start, block_starts,
+    blocks, codes, factors, cols, ksum, gnorm, gmax, ids, start, dims, bits, msb_off, low_off,
+    is_l2, allowed, heap, depth)``, the query's arrays [1, .] as the batch path makes them."""
+    status, lists = ivf_front(x, qp, qt, front, outs[2])
+    if status != 0:
+        return status, lists.shape[0], 0
+    (tables, lo, step, w, const, qerr, frows, fconst, refine, C, list_cc, list_start,
+     block_starts, blocks, codes, factors, cols, ksum, gnorm, gmax, ids, start, dims, bits,
+     msb_off, low_off, is_l2, allowed, heap, depth) = middle  # fmt: skip
+    pair_query, pair_list, pair_start = _one_query(lists)
+    P = lists.shape[0]
+    add = np.empty(P, dtype=np.float64)
+    _pair_terms(_rows(qp, qt), C, list_cc, pair_query, pair_list, is_l2, add)
+    keys, hids = _heap(heap)
+    rescored = np.zeros(1, dtype=np.int64)
+    _scan_saq(
+        tables, lo, step, w, const, qerr, frows, fconst, add, lists, pair_start, list_start,
+        block_starts, blocks, codes, factors, cols, ksum, gnorm, gmax, ids, start, dims, bits,
+        msb_off, low_off, is_l2, refine, allowed, keys, hids, rescored,
     )  # fmt: skip
     best, rows, entries = _distinct(keys, hids, heap, depth, lists, list_start)
     return ivf_back(qp, best, rows, back, outs), P, entries

@@ -12,6 +12,8 @@ results.
 Scanners are shared by concurrent searches: they hold only what derives from the fitted
 quantizer and the postings they were asked about, never a query's state.
 
+The fused kernels are imported at a scanner's first use, not with this module.
+
 The scanners here serve the code layouts several families share: :class:`OSQScanner`
 (queries OSQ-coded per list: BBQ, int8 ``osq``), :class:`ResidualScanner` (float residual
 queries: RaBitQ and BBQ float queries), :class:`ScaledScanner` (int8 ``per_dim``) and
@@ -25,7 +27,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._kernels import fused as KF
 from ..encoding import padded_dim
 
 __all__ = [
@@ -49,12 +50,20 @@ class IVFOne(NamedTuple):
     ``kernel``: the fused kernel (:mod:`bbqlib._kernels.fused`); ``middle``: its family
     arguments, without the trailing ``(allowed, heap, depth)`` the index appends;
     ``checks``: ``(lists_ok, list_crcs, block_start, check_bytes, check_width)``, what the
-    kernel's list checks read (the lists' flags are marked in place as lists pass).
+    kernel's list checks read (the lists' flags are marked in place as lists pass);
+    ``prepare``: optional, the family's per-query arrays (below).
     """
 
     kernel: object
     middle: tuple
     checks: tuple
+    prepare: object = None
+
+
+#: ``IVFOne.prepare(qt, reranked) -> tuple | None``: the family's per-query arrays, made in
+#: Python before the call from the prepared, transformed query ``qt`` float32 [1, d]
+#: (``reranked``: the exact rerank picks ``k`` of more candidates), put before ``middle``;
+#: None leaves this query to the batch path.
 
 
 class FlatOne(NamedTuple):
@@ -143,6 +152,7 @@ class OSQScanner(Scanner):
         return FlatOne(KO.flat_lut_one, scan)
 
     def ivf_one(self, postings, centroids, list_cc):
+        from .._kernels import fused as KF
         from ..layouts.kernels import use_lut
 
         q = self.quantizer
@@ -179,6 +189,8 @@ class ResidualScanner(Scanner):
         return _EMPTY_F32, _EMPTY_F32
 
     def ivf_one(self, postings, centroids, list_cc):
+        from .._kernels import fused as KF
+
         q = self.quantizer
         enc = q.encoding_
         if enc.query_bits is not None:
@@ -206,6 +218,8 @@ class GridScanner(Scanner):
     """int8 ``global``: residual queries coded on the docs' fixed grid, the byte scan."""
 
     def ivf_one(self, postings, centroids, list_cc):
+        from .._kernels import fused as KF
+
         q = self.quantizer
         middle = (centroids, float(q.lower_), float(q.upper_), float(q.alpha_),
                   float(q.inv_alpha_), int(q.levels_), q.similarity_.is_distance,

@@ -96,6 +96,7 @@ def _state(index):
         state = {
             "kernel": one.kernel,
             "middle": one.middle,
+            "prepare": one.prepare,
             "is_l2": is_l2,
             "sizes": sizes,
             "plan": (
@@ -240,7 +241,8 @@ def _settings(index, state, k, visit_percentage, oversample, rerank, scores, pad
     middle = (*state["middle"], _EMPTY_MASK, heap, depth)
     out_k = depth if decoded else columns
     back = (vectors, bool(rerank) and not decoded, out_k, pad, state["is_l2"])
-    return columns, depth, decoded, rerank, sim, scores, front, middle, back
+    reranked = bool(rerank) and depth > k  # the exact rerank picks k of more candidates
+    return columns, depth, decoded, reranked, sim, scores, front, middle, back
 
 
 def _fused(index, state, x, call):
@@ -250,15 +252,22 @@ def _fused(index, state, x, call):
     what the scan reads), it stops; it is called again with room for those lists or rows,
     they are checked here (raising on damage), and it is called once more: the same query,
     the same result, and no other kernel to load at start-up."""
-    columns, depth, decoded, rerank, sim, scores, front, middle, head = call
+    columns, depth, decoded, reranked, sim, scores, front, middle, head = call
     q = index.quantizer
     qp = np.empty_like(x) if sim is Similarity.COSINE else x
     qt = _NO_TRANSFORM
-    if q.transform_ is not None:
+    prepare = state["prepare"]
+    if q.transform_ is not None or prepare is not None:
         Qp = prepared_query(x, sim)
         if Qp is None:
             return None  # the general path raises
-        qt = q.transform_rows(Qp)[0]
+        Qt = Qp if q.transform_ is None else q.transform_rows(Qp)
+        qt = Qt[0]
+        if prepare is not None:  # the family's arrays of this query
+            extra = prepare(Qt, reranked)
+            if extra is None:
+                return None
+            middle = (*extra, *middle)
     blocks = state["segment"].blocks if head[1] else None
     rows_ok, block_rows, row_data, row_crcs = _ALL_ROWS_OK, _ONE_BLOCK, _NO_ROW_DATA, _NO_ROW_CRCS
     cold = _NOT_COLD

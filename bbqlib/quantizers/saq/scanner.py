@@ -10,9 +10,10 @@ import numpy as np
 
 from ..._validation import check_k
 from ..encoded import EncodedVectors
+from ..scanner import IVFOne, Scanner
 from .encoding import DEFAULT_EPS0, _eps0
 
-__all__ = ["SAQScoring", "SCANS"]
+__all__ = ["SAQScanner", "SAQScoring", "SCANS"]
 
 #: Flat scans :meth:`SAQQuantizer.search` can run.
 SCANS = ("auto", "plain", "two-pass", "fastscan")
@@ -20,6 +21,11 @@ SCANS = ("auto", "plain", "two-pass", "fastscan")
 
 class SAQScoring:
     """Estimates, bounds, searches and scorers of a fitted :class:`SAQQuantizer`."""
+
+    def scanner(self):
+        """:class:`SAQScanner`: the one-query paths of Flat and IVF."""
+        self._check_fitted()
+        return SAQScanner(self)
 
     # -- estimates --------------------------------------------------------------------------
     def estimate(self, Q, enc: EncodedVectors, *, return_bounds: bool = False, eps0=DEFAULT_EPS0):
@@ -145,3 +151,45 @@ class SAQScoring:
 
         self._check_encoded(enc)
         return make_scorer(self, self._validated(query, "query", allow_1d=True), enc)
+
+
+class SAQScanner(Scanner):
+    """SAQ's one-query paths: the flat scan through :meth:`SAQQuantizer.topk_keys` (the
+    base's), and on an IVF one fused call (:func:`bbqlib._kernels.fused.ivf_saq_fused`) with
+    the query's 4-bit tables made before it, where the 4-bit lookup-table list scan serves
+    (AVX2, segment widths multiples of 16; else the batch path's float tables)."""
+
+    def ivf_one(self, postings, centroids, list_cc):
+        from ..._kernels import fused as KF
+        from .search import uses_fastscan
+
+        q = self.quantizer
+        if not uses_fastscan(q):
+            return None
+        blocks, block_starts, cols, ksum, gnorm, gmax = q._ivf_fast_docs(postings)
+        a = q.plan_.arrays()
+        middle = (centroids, np.ascontiguousarray(list_cc, dtype=np.float64), postings.start,
+                  block_starts, blocks, np.asarray(postings.codes), np.asarray(postings.factors),
+                  cols, ksum, gnorm, gmax, postings.ids, a["start"], a["dims"], a["bits"],
+                  a["msb_off"], a["low_off"], q.similarity_.is_distance)  # fmt: skip
+        return IVFOne(KF.ivf_saq_fused, middle, self._checks(postings, False), self._prepare)
+
+    def _prepare(self, qt, reranked: bool):
+        """The query's tables and constants as :meth:`SAQQuantizer.scan_pairs` makes them
+        (``IVF_SCAN`` read per query), or None for the float-table scan (the batch path)."""
+        from .lists import IVF_SCAN, ivf_scan_mode
+        from .search import PREFILTER_Z, fastscan_queries, float_rows
+
+        q = self.quantizer
+        mode = ivf_scan_mode(q, IVF_SCAN, reranked)
+        if mode == "plain":
+            return None
+        Yc = np.ascontiguousarray(q.rotate(qt)[:, : q.plan_.coded_dims], dtype=np.float32)
+        tables, lo, step, w, const, rounding, _ = fastscan_queries(q, Yc, q.plan_.arrays()["bits"])
+        refine = mode == "two-pass"
+        if refine:
+            fq = q if q.encoding_.query_bits is None else q.with_query_bits(None)
+            frows, fconst, _ = float_rows(fq, Yc)
+        else:
+            frows, fconst = np.zeros((1, 8), np.float32), np.zeros((1, 1))
+        return (tables, lo, step, w, const, PREFILTER_Z * rounding, frows, fconst, refine)
