@@ -59,12 +59,14 @@ __all__ = [
     "OFFSET_CORRECTIONS",
     "Encoding",
     "EncodingRegistry",
+    "Family",
     "ENCODINGS",
     "FAMILIES",
     "LUT_LANES",
     "DOC_BITS",
     "QUERY_BITS",
     "get_encoding",
+    "register_family",
     "encoding_from_wire",
     "padded_dim",
 ]
@@ -306,12 +308,33 @@ class EncodingRegistry(Mapping):
     """
 
     def __init__(self, families: Mapping[str, Family]):
-        self._families = dict(families)
-        self._rows = {(e.family, e.doc_bits, e.query_bits): e for f in families.values()
-                      for e in f.rows()}  # fmt: skip
-        self._by_wire = {e.wire: e for e in self._rows.values()}
-        if len(self._by_wire) != len(self._rows):
-            raise RuntimeError("two encodings share a wire number")
+        self._families = {}
+        self._rows = {}
+        self._by_wire = {}
+        for family in families.values():
+            self.register(family)
+
+    def register(self, family: Family) -> None:
+        """Add a family's rows: the one registration a new family makes besides its
+        quantizer class (``register_quantizer``) and its scanner. Names and wire numbers
+        must be new (files carry the wire numbers)."""
+        if family.name in self._families:
+            raise ValueError(f"encoding family {family.name!r} is registered already")
+        rows = {(e.family, e.doc_bits, e.query_bits): e for e in family.rows()}
+        wires = [e.wire for e in rows.values()]
+        taken = sorted(set(wires) & set(self._by_wire))
+        if taken or len(set(wires)) != len(wires):
+            raise ValueError(f"family {family.name!r}: wire numbers {taken or wires} are taken")
+        self._families[family.name] = family
+        self._rows.update(rows)
+        self._by_wire.update({e.wire: e for e in rows.values()})
+
+    def unregister(self, name: str) -> None:
+        """Remove a family added by :meth:`register` (tests, plugins that unload)."""
+        self.family(name)
+        del self._families[name]
+        for key in [k for k in self._rows if k[0] == name]:
+            del self._by_wire[self._rows.pop(key).wire]
 
     def __getitem__(self, key) -> Encoding:
         if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
@@ -375,6 +398,14 @@ class EncodingRegistry(Mapping):
 
 #: The registry.
 ENCODINGS = EncodingRegistry(FAMILIES)
+
+
+def register_family(family: Family) -> None:
+    """Register a new quantizer family's rows in :data:`ENCODINGS` (see
+    :meth:`EncodingRegistry.register`; ``docs/architecture.md`` shows a whole family)."""
+    ENCODINGS.register(family)
+
+
 #: OSQ (BBQ) doc widths.
 DOC_BITS = FAMILIES["osq"].doc_bits
 
