@@ -168,7 +168,7 @@ def build_ivf(
     if like is not None:
         if quantizer is not None:
             raise ValueError("pass either a quantizer or like=, not both: like= brings its own")
-        like = like if isinstance(like, IVFIndex) else IVFIndex.open(like)
+        like = IVFIndex.coerce(like)
         if like.dim_ != d:
             raise ValueError(f"X has dimension {d}, the index given as like= has {like.dim_}")
         quantizer = like.quantizer

@@ -66,7 +66,7 @@ class RecordLayout:
         quantizer._check_fitted()
         enc = quantizer.encoding_
         dim = quantizer.dim_
-        planes = enc.doc_planes if enc.layout == "planes" else 0
+        planes = enc.doc_planes  # 0 for byte docs
         if planes not in (0, 1, 2, 4):
             raise ValueError(
                 f"records support docs of 1, 2 or 4 bit planes or bytes; this quantizer stores "

@@ -383,6 +383,11 @@ class IVFIndex(GuardedWrites):
         return path
 
     @classmethod
+    def coerce(cls, index_or_path) -> IVFIndex:
+        """``index_or_path`` itself when it is an IVF index, else the index saved there."""
+        return index_or_path if isinstance(index_or_path, cls) else cls.open(index_or_path)
+
+    @classmethod
     def open(cls, path, *, preload: bool = False) -> IVFIndex:
         """Open a saved index; only centroids are read into RAM, the rest is memory-mapped.
 
