@@ -7,6 +7,7 @@ that meets a recall target on your vectors (imported on first use, like :func:`s
 """
 
 from . import threads as _threads_path  # noqa: F401  (keeps bbqlib.threads, a shim, bound)
+from . import warmup as _warmup_path  # noqa: F401  (the shim; bound first, then the function)
 from ._validation import NotFittedError
 from ._version import __version__
 from .encoding import ENCODINGS, Encoding, encoding_from_wire, get_encoding
@@ -21,11 +22,11 @@ from .quantizers import (
     ScalarQuantizer,
 )
 from .runtime.threads import get_num_threads, set_num_threads, thread_limit
+from .runtime.warmup import start_numba as _start_numba
+from .runtime.warmup import warmup
 from .similarity import Similarity
 from .storage.container import CorruptFileError, UnsupportedFormatError
 from .storage.locks import LockError, LockTimeoutError, get_lock_timeout, set_lock_timeout
-from .warmup import start_numba as _start_numba
-from .warmup import warmup
 
 __all__ = [
     "BBQQuantizer",

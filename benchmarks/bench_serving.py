@@ -330,7 +330,7 @@ def startup_cold_worker() -> dict:
         fn()
         steps[name] = (time.perf_counter() - w, time.process_time() - c)
 
-    from bbqlib.index.single import FLAT_TIER
+    from bbqlib.index.tiers import FLAT_TIER
 
     index = bbqlib.FlatIndex(bits=1, similarity="cosine")
     timed("add", lambda: index.add(X))

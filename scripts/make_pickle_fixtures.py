@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 import bbqlib
-from bbqlib.index import single
+from bbqlib.index import tiers as single
 
 N, D, K = 64, 16, 5
 N_IVF = 256

@@ -17,7 +17,7 @@ SHARED_DATA = SHARED / "data"
 def _single_query_paths_from_the_first_query():
     """The single-query paths run from the first query: their tiering on an empty kernel
     cache (``COMPILE_SINGLE_AFTER``) is tested on its own (tests/test_single_query.py)."""
-    from bbqlib.index import single
+    from bbqlib.index import tiers as single
 
     before = single.COMPILE_SINGLE_AFTER
     single.COMPILE_SINGLE_AFTER = 0.0

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import bbqlib
-from bbqlib.index import single as single_flat
-from bbqlib.index.ivf import single as single_ivf
+from bbqlib.index.flat import one as single_flat
+from bbqlib.index.ivf import one as single_ivf
 
 finish_module = importlib.import_module("bbqlib.search.finish")  # the name `finish` is its function
 

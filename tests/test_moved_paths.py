@@ -36,6 +36,9 @@ MOVED: dict[str, str] = {
     "bbqlib.quantizers.saq_ivf": "bbqlib.quantizers.saq.lists",
     "bbqlib.scoring": "bbqlib.search",
     "bbqlib.threads": "bbqlib.runtime.threads",
+    "bbqlib.warmup": "bbqlib.runtime.warmup",
+    "bbqlib.index.single": "bbqlib.index.tiers",
+    "bbqlib.index.ivf.single": "bbqlib.index.ivf.one",
     "bbqlib.scoring.candidates": "bbqlib.search.candidates",
     "bbqlib.scoring.codes": "bbqlib.layouts.codes",
     "bbqlib.scoring.dispatch": "bbqlib.layouts.kernels",
@@ -170,3 +173,15 @@ def test_bbqlib_threads_stays_an_attribute_of_the_package():
 
     with pytest.warns(FutureWarning, match="bbqlib.runtime.threads"):
         assert bbqlib.threads.get_num_threads is bbqlib.get_num_threads
+
+
+def test_bbqlib_warmup_stays_the_function_after_importing_its_old_module_path():
+    """``bbqlib/warmup.py`` is a shim of ``bbqlib.runtime.warmup``; importing that path must
+    not replace the public function ``bbqlib.warmup`` by the shim module."""
+    import importlib
+
+    import bbqlib
+
+    importlib.import_module("bbqlib.warmup")
+    exec("import bbqlib.warmup", {})
+    assert callable(bbqlib.warmup) and bbqlib.warmup is bbqlib.runtime.warmup.warmup

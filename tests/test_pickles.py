@@ -18,7 +18,7 @@ import pytest
 from paths import FIXTURES
 
 import bbqlib
-from bbqlib.index import single
+from bbqlib.index import tiers as single
 
 PICKLES = FIXTURES / "pickles"
 INFO = json.loads((PICKLES / "info.json").read_text())

@@ -28,10 +28,10 @@ from bbqlib._kernels import single as KO
 from bbqlib._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE, row_sq_norms
 from bbqlib.encoding import padded_dim
 from bbqlib.index.clustering.parents import ParentLevel
+from bbqlib.index.ivf import one as single_ivf
 from bbqlib.index.ivf import plan as P
-from bbqlib.index.ivf import single as single_ivf
 from bbqlib.index.ivf import storage as ST
-from bbqlib.index.single import rerank_finish
+from bbqlib.index.one import rerank_finish
 from bbqlib.packing import unpack_planes
 from bbqlib.similarity import Similarity
 from bbqlib.storage.blocks import row_bytes, row_crcs
@@ -536,7 +536,7 @@ class _Kernel:
 def test_tier_waits_for_compile_single_after_seconds_of_one_query_searches(monkeypatch):
     """On an empty kernel cache one-query searches take the batch path (charged to the
     tier; batches are not) until COMPILE_SINGLE_AFTER seconds, then the path opens."""
-    from bbqlib.index import single
+    from bbqlib.index import tiers as single
 
     monkeypatch.setattr(single, "COMPILE_SINGLE_AFTER", 0.05)
     tier = single.SingleQueryTier(_Kernel())
@@ -558,7 +558,7 @@ def test_tier_waits_for_compile_single_after_seconds_of_one_query_searches(monke
 
 
 def test_tier_opens_when_the_kernel_is_compiled_or_cached():
-    from bbqlib.index import single
+    from bbqlib.index import tiers as single
 
     assert single.SingleQueryTier(KO.flat_lut_one).ready() is bool(
         KO.flat_lut_one.signatures or single.has_entries(KO.flat_lut_one)
@@ -574,12 +574,13 @@ def test_tier_opens_when_the_kernel_is_compiled_or_cached():
 @pytest.mark.parametrize("kind", ["flat", "ivf"])
 def test_a_closed_tier_answers_by_the_batch_path(kind, make_vectors, monkeypatch):
     """Same results either way; the single path runs once the tier opens (warmup(index))."""
-    from bbqlib.index import single
+    from bbqlib.index import tiers as single
+    from bbqlib.index.flat import one as flat_one
 
     X = make_vectors(600, 24, kind="clustered", seed=3)
     if kind == "flat":
         index = bbqlib.FlatIndex(bits=1, similarity="cosine")
-        tier, module, name = single.FLAT_TIER, single, "flat_search_one"
+        tier, module, name = single.FLAT_TIER, flat_one, "flat_search_one"
     else:
         index = bbqlib.IVFIndex(bits=1, similarity="cosine", cluster_size=64)
         tier, module, name = single_ivf.IVF_TIER, single_ivf, "ivf_search_one"

@@ -14,8 +14,8 @@ import pytest
 import bbqlib
 from bbqlib._kernels import fused as KF
 from bbqlib._kernels import single as KO
-from bbqlib.index.ivf import single as single_ivf
-from bbqlib.index.single import _flat_one_of
+from bbqlib.index.flat.one import _flat_one_of
+from bbqlib.index.ivf import one as single_ivf
 
 #: (name, quantizer factory, the fused IVF kernel it runs or None for the batch path).
 FAMILIES = [

@@ -15,7 +15,7 @@ import pytest
 import bbqlib
 from bbqlib.analysis import recall_at_k
 from bbqlib.encoding import ENCODINGS, Family
-from bbqlib.index.ivf import single as single_ivf
+from bbqlib.index.ivf import one as single_ivf
 from bbqlib.layouts.codes import DocCodes, QueryCodes
 from bbqlib.quantizers.base import Quantizer
 from bbqlib.quantizers.encoded import EncodedVectors

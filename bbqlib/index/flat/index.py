@@ -21,8 +21,8 @@ from ...search.stored import check_store_vectors, stored_exact_values, stored_ro
 from ...storage.blocks import BlockChecksums
 from ..guard import IndexGuard
 from ..ids import RowIds, filter_rows
-from ..single import flat_search, flat_tiers
 from .files import FORMAT_VERSION, read_flat, write_flat
+from .one import flat_search, flat_tiers
 
 __all__ = ["FlatIndex", "FORMAT_VERSION"]
 

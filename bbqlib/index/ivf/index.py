@@ -33,10 +33,10 @@ from . import storage as ST
 from . import writes as W
 from .batch import ENTRIES_PER_THREAD as ENTRIES_PER_THREAD  # re-exported: public here too
 from .guarded import GuardedWrites
+from .one import search_one as _one
+from .one import single_query_tiers as _one_tiers
 from .options import UNSET as _UNSET
 from .options import resolve_quantizer
-from .single import search_one as _one
-from .single import single_query_tiers as _one_tiers
 from .writes import AUTO_PROGRESS_ROWS as AUTO_PROGRESS_ROWS  # re-exported: public here too
 from .writes import MAX_VECTORS
 
