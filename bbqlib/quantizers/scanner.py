@@ -98,6 +98,22 @@ class Scanner:
 
         return FlatOne(None, scan)
 
+    def reads_lut_blocks(self) -> bool:
+        """Whether the list scan reads the postings' lookup-table blocks (their CRC32s are
+        the ones checked at first read)."""
+        from ..layouts.lists import reads_lut_blocks
+
+        return reads_lut_blocks(self.quantizer.encoding_)
+
+    def scan_pairs(self, Qt, centroids, list_cc, pairs, postings, mask, keys, ids, *,
+                   reranked=False) -> None:  # fmt: skip
+        """The batch path's list scan of a chunk of queries: every entry of each query's
+        visited lists offered to its heap (``keys`` / ``ids``, updated in place); ``pairs``
+        local to ``Qt`` (:func:`bbqlib.layouts.lists.scan_list_pairs`, by code layout)."""
+        from ..layouts.lists import scan_list_pairs
+
+        scan_list_pairs(self.quantizer, Qt, centroids, list_cc, pairs, postings, mask, keys, ids)
+
     def ivf_one(self, postings, centroids: np.ndarray, list_cc: np.ndarray) -> IVFOne | None:
         """The fused IVF call's family part for ``postings`` (their list centres
         ``centroids`` float32 [K, d] and ``<c, c>`` ``list_cc``), or None."""

@@ -159,6 +159,15 @@ class SAQScanner(Scanner):
     the query's 4-bit tables made before it, where the 4-bit lookup-table list scan serves
     (AVX2, segment widths multiples of 16; else the batch path's float tables)."""
 
+    def reads_lut_blocks(self) -> bool:
+        return False  # SAQ's blocks are made from the codes in memory: the codes are checked
+
+    def scan_pairs(self, Qt, centroids, list_cc, pairs, postings, mask, keys, ids, *,
+                   reranked=False) -> None:  # fmt: skip
+        """One table set per query for all its lists (:meth:`SAQQuantizer.scan_pairs`)."""
+        self.quantizer.scan_pairs(Qt, centroids, list_cc, pairs, postings, mask, keys, ids,
+                                  reranked=reranked)  # fmt: skip
+
     def ivf_one(self, postings, centroids, list_cc):
         from ..._kernels import fused as KF
         from .search import uses_fastscan
