@@ -427,7 +427,7 @@ class _Build:
         E = int(start[-1])
         q = self.index.quantizer
         doc_bytes = q.encoding_.doc_bytes(self.d)
-        planes = q.encoding_.layout == "planes"
+        planes = q.encoding_.doc_planes > 0  # plane docs: lookup-table blocks stored too
         width = q.pair_factor_width
         sections = [("codes", np.uint8, (E, doc_bytes)), ("factors", np.float32, (E, width)),
                     ("ids", np.int32, (E,))]  # fmt: skip

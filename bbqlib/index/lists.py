@@ -13,7 +13,7 @@ import numpy as np
 
 from .._params import check_int
 from .._validation import check_k, check_vectors, owned_rows, prepare_for_similarity
-from ..layouts.kernels import KERNELS
+from ..layouts.lists import scan_lists_of_codes
 from ..quantizers import BBQQuantizer, EncodedVectors, Quantizer
 from ..search import finish
 from ..search.finish import check_scores, result_columns
@@ -209,21 +209,8 @@ class ListsIndex:
         list_cc = np.full(self.nlist, docs.centroid_dot)  # one centre for every list
         keys = np.full((nq, depth), -np.inf)
         ids = np.full((nq, depth), EMPTY_ID, dtype=np.int64)
-        head = (qc.data[pair_query], qc.factors[pair_query], pair_list, pair_start,
-                self._list_ptr)  # fmt: skip
-        tail = (np.empty(0, np.uint8), keys, ids)
-        lists = KERNELS[qc.kind].lists
-        if qc.kind == "planes":
-            lists(*head, docs.data, docs.factors, self._rows, list_cc, qc.planes,
-                  docs.planes, docs.words, docs.dim, docs.is_l2, *tail)  # fmt: skip
-        elif qc.kind == "bytes":
-            lists(*head, docs.data, docs.factors, self._rows, list_cc, docs.dim, docs.is_l2,
-                  *tail)  # fmt: skip
-        else:
-            codes = docs.data.view(np.uint8) if docs.kind == "planes" else docs.data
-            lists(np.ascontiguousarray(head[0], np.float32), *head[1:], codes, docs.factors,
-                  self._rows, list_cc, docs.planes, docs.words * 8, docs.dim, docs.is_l2,
-                  *tail)  # fmt: skip
+        scan_lists_of_codes(qc, docs, (pair_query, pair_list, pair_start), self._list_ptr,
+                            self._rows, list_cc, keys, ids)  # fmt: skip
         keys, ids = merge_topk(keys, ids, depth)  # the kernel leaves heaps
         return keys, np.where(ids == EMPTY_ID, -1, ids)
 

@@ -15,7 +15,7 @@ import numpy as np
 from ..encoding import padded_dim
 from .kernels import KERNELS, use_lut
 
-__all__ = ["reads_lut_blocks", "scan_list_pairs"]
+__all__ = ["reads_lut_blocks", "scan_list_pairs", "scan_lists_of_codes"]
 
 
 def reads_lut_blocks(encoding) -> bool:
@@ -63,3 +63,23 @@ def scan_list_pairs(quantizer, Qt, centroids, list_cc, pairs, postings, mask, ke
             postings.factors, postings.ids, list_cc, row.doc_planes,
             padded_dim(dim) // 8, dim, is_l2, *tail,
         )  # fmt: skip
+
+
+def scan_lists_of_codes(qc, docs, pairs, list_start, rows, list_cc, keys, ids):
+    """The list scan of query codes made once per query (not per list): ``qc`` / ``docs``
+    (:class:`QueryCodes` / :class:`DocCodes`), ``pairs`` ``(pair_query, pair_list,
+    pair_start)``, the lists' entries ``rows[list_start[j]:list_start[j + 1]]`` (rows of
+    ``docs``), heaps ``keys`` / ``ids`` updated in place (:class:`bbqlib.index.ListsIndex`)."""
+    pair_query, pair_list, pair_start = pairs
+    head = (qc.data[pair_query], qc.factors[pair_query], pair_list, pair_start, list_start)
+    tail = (np.empty(0, np.uint8), keys, ids)
+    lists = KERNELS[qc.kind].lists
+    if qc.kind == "planes":
+        lists(*head, docs.data, docs.factors, rows, list_cc, qc.planes, docs.planes, docs.words,
+              docs.dim, docs.is_l2, *tail)  # fmt: skip
+    elif qc.kind == "bytes":
+        lists(*head, docs.data, docs.factors, rows, list_cc, docs.dim, docs.is_l2, *tail)
+    else:
+        codes = docs.data.view(np.uint8) if docs.kind == "planes" else docs.data
+        lists(np.ascontiguousarray(head[0], np.float32), *head[1:], codes, docs.factors, rows,
+              list_cc, docs.planes, docs.words * 8, docs.dim, docs.is_l2, *tail)  # fmt: skip

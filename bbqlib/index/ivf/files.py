@@ -104,7 +104,7 @@ def save(index, path: Path) -> None:
         crc, lut_crc = post.crc, post.lut_crc
         stored = Path(post.source)
     else:
-        planes = index.quantizer.encoding_.layout == "planes"
+        planes = index.quantizer.encoding_.doc_planes > 0  # lookup-table blocks too
         stored = post.to_store(planes)
         crc = ST.list_crcs(stored, post.start)
         lut_crc = None
