@@ -129,23 +129,28 @@ def float_dot(q, d):
     return np.float64(acc)
 
 
-#: Each byte value spread over the 8 bytes of a little-endian uint64: byte ``t`` holds bit
-#: ``7 - t`` (dimension ``8j + t`` of a ``pack_planes`` byte ``j``).
-_SPREAD = np.array(
-    [sum(((b >> (7 - t)) & 1) << (8 * t) for t in range(8)) for b in range(256)], dtype=np.uint64
-)
+# unpack_row's constants: a byte in all 8 bytes of a uint64; byte t keeping bit 7 - t; the
+# add that carries a kept bit into bit 7 of its byte (each byte is at most 0x80: no carry out).
+_ONES = np.uint64(0x0101010101010101)
+_BIT_OF_BYTE = np.uint64(0x0102040810204080)
+_TO_TOP = np.uint64(0x7F7F7F7F7F7F7F7F)
+_SEVEN = np.uint64(7)
 
 
 @kernel(inline="always")
 def unpack_row(packed, planes, plane_bytes, words):
     """Codes of one plane-packed doc into ``words`` uint64 [plane_bytes], read as uint8
-    [8 · plane_bytes] (``words.view(np.uint8)``: dimension ``i`` is byte ``i``): eight
-    dimensions of every plane per table lookup, the values ``packing.unpack_planes`` gives."""
+    [8 · plane_bytes] (``words.view(np.uint8)``: dimension ``i`` is byte ``i``), the values
+    ``packing.unpack_planes`` gives: each plane byte spread over 8 bytes by integer
+    arithmetic alone (no table lookup, so the loop over bytes vectorizes)."""
     for j in range(plane_bytes):
-        w = np.uint64(0)
-        for s in range(planes):
-            w |= _SPREAD[packed[s * plane_bytes + j]] << np.uint64(s)
-        words[j] = w
+        words[j] = 0
+    for s in range(planes):
+        off = s * plane_bytes
+        shift = np.uint64(s)
+        for j in range(plane_bytes):
+            x = (np.uint64(packed[off + j]) * _ONES) & _BIT_OF_BYTE
+            words[j] |= (((x + _TO_TOP) >> _SEVEN) & _ONES) << shift
 
 
 # ----------------------------------------------------------------------------- id lists
