@@ -430,6 +430,9 @@ def test_query_preparation_through_the_quantizer_helpers():
         batch = fastscan_queries(q, Q, keep)
         np.testing.assert_array_equal(batch[0], ref.fastscan_queries(Q, dims, bits, keep)[0])
         frows, fconst, rounding = float_rows(q, Q)
+        plain = SimpleNamespace(plan_=q.plan_, encoding_=SimpleNamespace(query_bits=None))
+        for a1, b in zip(float_rows(q, Q, unrounded=True), float_rows(plain, Q), strict=True):
+            np.testing.assert_array_equal(a1, b)  # the two-pass float query
         Q64 = Q.astype(np.float64) + rng.standard_normal(Q.shape) * 1e-6  # read as float64
         want = ref.fastscan_queries(Q64, dims, bits, keep)
         np.testing.assert_array_equal(fastscan_queries(q, Q64, keep)[0], want[0])

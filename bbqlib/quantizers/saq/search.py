@@ -221,14 +221,17 @@ def _query_rows(Qc) -> np.ndarray:
     return np.ascontiguousarray(Qc, dtype=dtype)
 
 
-def float_rows(q, Qc: np.ndarray):
+def float_rows(q, Qc: np.ndarray, *, unrounded: bool = False):
     """``(rows, qconst, rounding)`` of centred, rotated query rows: the rows as the float
-    tables see them (rounded to ``query_bits`` if set; float32, coded dimensions) and their
-    per-segment constants ``(2^B_s - 1)/2 · Σ q_s``
-    (:func:`bbqlib._kernels.saq_query.segment_constants`)."""
+    tables see them (rounded to ``query_bits`` if set, unless ``unrounded``: the two-pass
+    scans' float query; float32, coded dimensions) and their per-segment constants
+    ``(2^B_s - 1)/2 · Σ q_s`` (:func:`bbqlib._kernels.saq_query.segment_constants`)."""
     from ..._kernels.saq_query import segment_constants
 
-    Qq, rounding = quantize_query(q, Qc)
+    if unrounded:
+        Qq, rounding = Qc, np.zeros((len(Qc), len(q.plan_.segments)))
+    else:
+        Qq, rounding = quantize_query(q, Qc)
     Qq = np.ascontiguousarray(Qq[:, : q.plan_.coded_dims], dtype=np.float32)
     a = q.plan_.arrays()
     qconst = np.empty((len(Qq), len(a["start"])))
