@@ -320,3 +320,124 @@ def test_two_pass_candidates_grow_after_a_partial_compaction():
     np.testing.assert_array_equal(out[1 : 1 + cm], cand[:cm])
     np.testing.assert_array_equal(out[1 + n : 1 + n + cm], cand_key[:cm])
     np.testing.assert_array_equal(out[1 + 2 * n : 1 + 2 * n + cm], cand_add[:cm])
+
+
+# ------------------------------------------------------------------- query preparation
+U = np.finfo(np.float64).eps / 2  # unit roundoff
+
+
+def _queries(rng, dims, nq=6):
+    """Random rows plus adversarial ones: constant segments (step 0), values tied at .5
+    between levels, zeros, huge and tiny magnitudes."""
+    d = sum(dims)
+    Q = rng.standard_normal((nq, d))
+    ties = np.resize([0.0, 15.0, 0.5, 1.5, 2.5, 3.5, 7.5, 14.5, 13.5, 6.5], d)  # step 1
+    rows = [ties, np.full(d, 3.0), np.zeros(d), rng.standard_normal(d) * 1e30,
+            rng.standard_normal(d) * 1e-30, np.r_[np.full(d - 1, -2.0), 2.0]]  # fmt: skip
+    Q = np.vstack([Q, rows]).astype(np.float32)
+    Q[0, : dims[0]] = -1.25  # one constant segment in an otherwise random row
+    return Q
+
+
+def _sum_tol(rows, dims, coef=1.0):
+    """Bound on the difference of two float64 sums of each segment in different orders:
+    ``2 d u Σ|t|`` (each order errs by at most ``(d - 1) u Σ|t|``), times ``|coef|``."""
+    out = np.stack(
+        [2 * d * U * np.abs(rows[:, p : p + d].astype(np.float64)).sum(1)
+         for p, d in zip(np.cumsum([0, *dims[:-1]]), dims, strict=True)], 1,
+    )  # fmt: skip
+    return out * np.abs(coef)
+
+
+_QUERY_PLANS = [([16, 32, 16], [4, 2, 1], [2, 1, 1]), ([1, 7, 8, 16, 32], [1, 2, 4, 3, 6],
+                [1, 2, 2, 3, 4]), ([64], [8], [8])]  # fmt: skip
+
+
+@pytest.mark.parametrize("dims, bits, keep", _QUERY_PLANS)
+def test_fastscan_tables_match_reference(dims, bits, keep):
+    """Codes, tables, ``lo``, ``step`` and ``w`` equal the NumPy reference exactly; the sums
+    (``const``, ``rounding``, ``trunc``) within the bound of two summation orders."""
+    from bbqlib._kernels.saq_query import fastscan_tables
+
+    rng = np.random.default_rng(len(dims))
+    Q = _queries(rng, dims)
+    start = np.cumsum([0, *dims[:-1]]).astype(np.int64)
+    nq, S = len(Q), len(dims)
+    tables = np.empty((nq, 2 * (sum(dims) // 8) * 32), dtype=np.uint8)
+    got = [np.empty((nq, S)) for _ in range(6)]
+    arrs = [np.array(x, dtype=np.int64) for x in (dims, bits, keep)]
+    fastscan_tables(Q, start, *arrs, tables, *got)
+    want = ref.fastscan_queries(Q, dims, bits, keep)
+    np.testing.assert_array_equal(tables, want[0])
+    for g, w in zip(got[:3], want[1:4], strict=True):  # lo, step, w
+        np.testing.assert_array_equal(g, w)
+    assert np.all(got[1][[-5, -4]] == 0) and got[1][0, 0] == 0  # constant segments: step 0
+    Qq, _, _, _, _ = ref.quantize_query(Q, dims, 4)
+    r = np.array(bits) - np.array(keep)
+    coef = (2.0**r - 1) / 2 - (2.0 ** np.array(bits) - 1) / 2
+    assert np.all(np.abs(got[3] - want[4]) <= _sum_tol(Qq, dims, coef))
+    rtol = (2 * max(dims) + 4) * U  # a sum of squares (relative), its root and a division
+    np.testing.assert_allclose(got[4], want[5], rtol=rtol, atol=0)
+    np.testing.assert_allclose(got[5], want[6], rtol=rtol, atol=0)
+    for q in range(nq):  # a row alone gives the numbers it gives in the batch
+        one = np.empty((1, tables.shape[1]), dtype=np.uint8)
+        alone = [np.empty((1, S)) for _ in range(6)]
+        fastscan_tables(Q[q : q + 1], start, *arrs, one, *alone)
+        np.testing.assert_array_equal(one[0], tables[q])
+        for a1, g in zip(alone, got, strict=True):
+            np.testing.assert_array_equal(a1[0], g[q])
+
+
+@pytest.mark.parametrize("qb", [1, 2, 4, 8, 12])
+def test_round_queries_and_constants_match_reference(qb):
+    from bbqlib._kernels.saq_query import round_queries, segment_constants
+
+    dims, bits = [1, 7, 8, 16, 32], [1, 2, 4, 3, 6]
+    rng = np.random.default_rng(qb)
+    Q = _queries(rng, dims)
+    start = np.cumsum([0, *dims[:-1]]).astype(np.int64)
+    nq, S = len(Q), len(dims)
+    out = np.empty_like(Q)
+    codes = np.empty(Q.shape, dtype=np.uint16 if qb > 8 else np.uint8)
+    lo, step, err = (np.empty((nq, S)) for _ in range(3))
+    round_queries(Q, start, np.array(dims), 2**qb - 1, out, codes, lo, step, err)
+    w_out, w_err, w_codes, w_lo, w_step = ref.quantize_query(Q, dims, qb)
+    np.testing.assert_array_equal(out, w_out)
+    np.testing.assert_array_equal(codes, w_codes)
+    np.testing.assert_array_equal(lo, w_lo)
+    np.testing.assert_array_equal(step, w_step)
+    np.testing.assert_allclose(err, w_err, rtol=(2 * max(dims) + 4) * U, atol=0)
+    qconst = np.empty((nq, S))
+    segment_constants(out, start, np.array(dims), np.array(bits), qconst)
+    want = ref.segment_constants(out, dims, bits)
+    assert np.all(np.abs(qconst - want) <= _sum_tol(out, dims, (2.0 ** np.array(bits) - 1) / 2))
+
+
+def test_query_preparation_through_the_quantizer_helpers():
+    """``fastscan_queries`` and ``float_rows`` of the search module call the kernels: one
+    query equals its row of a batch bit for bit, the tables equal the reference's."""
+    from types import SimpleNamespace
+
+    from bbqlib.quantizers.saq.search import fastscan_queries, float_rows
+
+    dims, bits = [16, 32, 16], [4, 2, 1]
+    rng = np.random.default_rng(5)
+    Q = _queries(rng, dims)
+    for query_bits in (None, 4):
+        enc = SimpleNamespace(query_bits=query_bits)
+        q = SimpleNamespace(plan_=_plan(dims, bits), encoding_=enc)
+        keep = np.array([2, 1, 1])
+        batch = fastscan_queries(q, Q, keep)
+        np.testing.assert_array_equal(batch[0], ref.fastscan_queries(Q, dims, bits, keep)[0])
+        frows, fconst, rounding = float_rows(q, Q)
+        plain = SimpleNamespace(plan_=q.plan_, encoding_=SimpleNamespace(query_bits=None))
+        for a1, b in zip(float_rows(q, Q, unrounded=True), float_rows(plain, Q), strict=True):
+            np.testing.assert_array_equal(a1, b)  # the two-pass float query
+        Q64 = Q.astype(np.float64) + rng.standard_normal(Q.shape) * 1e-6  # read as float64
+        want = ref.fastscan_queries(Q64, dims, bits, keep)
+        np.testing.assert_array_equal(fastscan_queries(q, Q64, keep)[0], want[0])
+        for i in (0, 3, len(Q) - 1):
+            for a1, b in zip(fastscan_queries(q, Q[i : i + 1], keep), batch, strict=True):
+                np.testing.assert_array_equal(a1[0], b[i])
+            for a1, b in zip(float_rows(q, Q[i : i + 1]), (frows, fconst, rounding), strict=True):
+                np.testing.assert_array_equal(a1[0], b[i])

@@ -32,6 +32,9 @@ __all__ = [
     "brute_force_plan",
     "entry_totals",
     "ivf_scan",
+    "quantize_query",
+    "fastscan_queries",
+    "segment_constants",
 ]
 
 
@@ -259,3 +262,76 @@ def ivf_scan(Qr, pair_add, pair_list, pair_start, list_start, codes, factors, id
         for j, (key, idx) in enumerate(found[:heap]):
             out_k[q, j], out_i[q, j] = key, idx
     return out_k, out_i
+
+
+def _segments(dims):
+    pos = 0
+    for d in dims:
+        yield pos, pos + d
+        pos += d
+
+
+def quantize_query(Qc: np.ndarray, dims: list[int], qb: int):
+    """Per-segment uniform rounding of query rows to ``qb`` bits (the NumPy loop
+    :func:`bbqlib.quantizers.saq.search.quantize_query` ran before its kernel):
+    ``(q̂ float32, err, codes, lo, step)``, ``err = ‖q̂_s - q_s‖`` and ``lo``, ``step``
+    [nq, S]; ``q̂`` and the codes cover the coded dimensions ``Σ dims``."""
+    coded = sum(dims)
+    nq, S = len(Qc), len(dims)
+    out = np.zeros((nq, coded), dtype=np.float32)
+    codes = np.zeros((nq, coded), dtype=np.uint16 if qb > 8 else np.uint8)
+    lo_all, step_all, err = (np.empty((nq, S)) for _ in range(3))
+    for s, (p0, p1) in enumerate(_segments(dims)):
+        y = np.asarray(Qc[:, p0:p1], np.float64)
+        lo = y.min(axis=1, keepdims=True)
+        step = (y.max(axis=1, keepdims=True) - lo) / (2**qb - 1)
+        c = np.clip(np.rint((y - lo) / np.where(step > 0, step, 1.0)), 0, 2**qb - 1)
+        yq = lo + step * c
+        out[:, p0:p1] = yq
+        codes[:, p0:p1] = c
+        lo_all[:, s], step_all[:, s] = lo[:, 0], step[:, 0]
+        err[:, s] = np.sqrt(((yq - y) ** 2).sum(axis=1))
+    return out, err, codes, lo_all, step_all
+
+
+def nibble_tables(codes: np.ndarray) -> np.ndarray:
+    """The 4-bit scan's tables uint8 [nq, 2 P 32] of query codes [nq, 8 P] (layout of
+    :mod:`bbqlib._kernels.lut`): table ``2p`` holds, for nibble ``v``, ``Σ_u bit(v, 3 - u)
+    y[8p + 4 + u]``, table ``2p + 1`` the same of ``y[8p + u]``; 16 entries, stored twice."""
+    nq, coded = codes.shape
+    out = np.zeros((nq, 2 * (coded // 8) * 32), dtype=np.uint8)
+    for t in range(2 * (coded // 8)):
+        first = 8 * (t // 2) + (4 if t % 2 == 0 else 0)
+        for v in range(32):
+            bits = [((v % 16) >> (3 - u)) & 1 for u in range(4)]
+            val = sum(b * codes[:, first + u].astype(np.int64) for u, b in enumerate(bits))
+            out[:, 32 * t + v] = val
+    return out
+
+
+def fastscan_queries(Qc: np.ndarray, dims: list[int], bits: list[int], keep: list[int]):
+    """``(tables, lo, step, w, const, rounding, trunc)`` of the 4-bit scans (module doc of
+    :mod:`bbqlib._kernels.saq_query`): the NumPy code of
+    :func:`bbqlib.quantizers.saq.search.fastscan_queries` before its kernel (NumPy's pairwise
+    sums)."""
+    Qq, err, codes, lo, step = quantize_query(Qc, dims, 4)
+    tables = nibble_tables(codes)
+    w, const, rounding, trunc = (np.empty_like(lo) for _ in range(4))
+    for s, (p0, p1) in enumerate(_segments(dims)):
+        r = bits[s] - int(keep[s])
+        total = Qq[:, p0:p1].sum(1, dtype=np.float64)
+        w[:, s] = 2.0**r
+        const[:, s] = ((2**r - 1) / 2.0 - (2 ** bits[s] - 1) / 2.0) * total
+        rounding[:, s] = err[:, s] / np.sqrt(p1 - p0)
+        qn = np.linalg.norm(np.asarray(Qc[:, p0:p1], np.float64), axis=1)
+        trunc[:, s] = qn * np.sqrt((4.0**r - 1) / 12.0)
+    return tables, lo, step, w, const, rounding, trunc
+
+
+def segment_constants(rows: np.ndarray, dims: list[int], bits: list[int]) -> np.ndarray:
+    """``(2^B_s - 1)/2 · Σ q_s`` [nq, S] of float query rows (the float tables' constants)."""
+    return np.stack(
+        [(2**b - 1) / 2.0 * np.asarray(rows[:, p0:p1]).sum(1, dtype=np.float64)
+         for (p0, p1), b in zip(_segments(dims), bits, strict=True)],
+        axis=1,
+    )  # fmt: skip

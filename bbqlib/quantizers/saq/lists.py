@@ -146,8 +146,8 @@ class SAQPairs:
         tables, lo, step, w, const, rounding, _ = fastscan_queries(self, Yc, a["bits"])
         refine = mode == "two-pass"
         if refine:
-            fq = self if self.encoding_.query_bits is None else self.with_query_bits(None)
-            frows, fconst, _ = float_rows(fq, Yc)
+            # the float query whatever query_bits is (no copy of the quantizer per call)
+            frows, fconst, _ = float_rows(self, Yc, unrounded=True)
         else:
             frows, fconst = np.zeros((1, 8), np.float32), np.zeros((1, 1))
         rescored = np.zeros(len(Yc), dtype=np.int64)

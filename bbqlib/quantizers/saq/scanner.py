@@ -197,8 +197,8 @@ class SAQScanner(Scanner):
         tables, lo, step, w, const, rounding, _ = fastscan_queries(q, Yc, q.plan_.arrays()["bits"])
         refine = mode == "two-pass"
         if refine:
-            fq = q if q.encoding_.query_bits is None else q.with_query_bits(None)
-            frows, fconst, _ = float_rows(fq, Yc)
+            # the float query whatever query_bits is (no copy of the quantizer per call)
+            frows, fconst, _ = float_rows(q, Yc, unrounded=True)
         else:
             frows, fconst = np.zeros((1, 8), np.float32), np.zeros((1, 1))
         return (tables, lo, step, w, const, PREFILTER_Z * rounding, frows, fconst, refine)

@@ -14,7 +14,6 @@ import numpy as np
 
 from ..._kernels import saq as K
 from ..._kernels.lut import avx2_available
-from ..._kernels.lut import build_tables as build_nibble_tables
 from ..._kernels.policy import num_threads
 from ...packing import lut_blocks
 from ...search.topk import merge_topk
@@ -87,21 +86,18 @@ def fastscan_queries(q, Qc, keep: np.ndarray):
     """4-bit tables and per-segment constants of centred, rotated queries ``Qc`` (module doc
     of :mod:`bbqlib._kernels.saq_fastscan`): ``(tables, lo, step, w, const, rounding,
     trunc)`` with ``rounding = ‖q̂_s - q_s‖ / sqrt(d_s)`` and ``trunc = ‖q_s‖ sqrt((4^r_s - 1)
-    / 12)`` (``r_s`` the planes the first pass drops)."""
-    plan = q.plan_
-    Qq, err, codes, lo, step = quantize_query(q, Qc, 4)
-    pairs = plan.coded_dims // 8
-    tables = np.empty((len(Qc), 2 * pairs * 32), dtype=np.uint8)
-    build_nibble_tables(np.ascontiguousarray(codes), pairs, tables)
-    w, const, rounding, trunc = (np.empty_like(lo) for _ in range(4))
-    for s, seg in enumerate(plan.segments):
-        r = seg.bits - int(keep[s])
-        total = Qq[:, seg.start : seg.stop].sum(1, dtype=np.float64)
-        w[:, s] = 2.0**r
-        const[:, s] = ((2**r - 1) / 2.0 - (2**seg.bits - 1) / 2.0) * total
-        rounding[:, s] = err[:, s] / np.sqrt(seg.dims)
-        qn = np.linalg.norm(Qc[:, seg.start : seg.stop].astype(np.float64), axis=1)
-        trunc[:, s] = qn * np.sqrt((4.0**r - 1) / 12.0)
+    / 12)`` (``r_s`` the planes the first pass drops); one kernel call
+    (:func:`bbqlib._kernels.saq_query.fastscan_tables`), the same for one query and a batch."""
+    from ..._kernels.saq_query import fastscan_tables
+
+    a = q.plan_.arrays()
+    nq, S = len(Qc), len(a["start"])
+    Qc = _query_rows(Qc)
+    tables = np.empty((nq, 2 * (q.plan_.coded_dims // 8) * 32), dtype=np.uint8)
+    lo, step, w, const, rounding, trunc = (np.empty((nq, S)) for _ in range(6))
+    keep = np.ascontiguousarray(keep, dtype=np.int64)
+    fastscan_tables(Qc, a["start"], a["dims"], a["bits"], keep, tables, lo, step, w, const,
+                    rounding, trunc)  # fmt: skip
     return tables, lo, step, w, const, rounding, trunc
 
 
@@ -195,42 +191,51 @@ def quantize_query(q, Qc: np.ndarray, qb: int | None = None):
     """Per-segment uniform rounding of ``Qc`` to ``qb`` bits (default: ``query_bits``).
 
     Returns ``(q̂ float32, ‖q̂ - q‖ [nq, S])`` or, with ``qb`` given, also the integer
-    codes (uint8 [nq, coded]), ``lo`` and ``step`` [nq, S].
+    codes (uint8 [nq, coded]), ``lo`` and ``step`` [nq, S]; one kernel call
+    (:func:`bbqlib._kernels.saq_query.round_queries`). Columns past the coded dimensions of
+    ``q̂`` and the codes are left unset.
     """
+    from ..._kernels.saq_query import round_queries
+
     explicit = qb is not None
     qb = qb if explicit else q.encoding_.query_bits
-    S = len(q.plan_.segments)
+    a = q.plan_.arrays()
+    S = len(a["start"])
     if qb is None:
         return Qc, np.zeros((len(Qc), S))
-    out = np.empty_like(Qc, dtype=np.float32)
+    Qc = _query_rows(Qc)
+    out = np.empty(Qc.shape, dtype=np.float32)
     codes = np.empty(Qc.shape, dtype=np.uint16 if qb > 8 else np.uint8)
-    lo_all, step_all, err = (np.empty((len(Qc), S)) for _ in range(3))
-    for s, seg in enumerate(q.plan_.segments):
-        y = Qc[:, seg.start : seg.stop].astype(np.float64)
-        lo = y.min(axis=1, keepdims=True)
-        step = (y.max(axis=1, keepdims=True) - lo) / (2**qb - 1)
-        c = np.clip(np.rint((y - lo) / np.where(step > 0, step, 1.0)), 0, 2**qb - 1)
-        yq = lo + step * c
-        out[:, seg.start : seg.stop] = yq
-        codes[:, seg.start : seg.stop] = c
-        lo_all[:, s], step_all[:, s] = lo[:, 0], step[:, 0]
-        err[:, s] = np.sqrt(((yq - y) ** 2).sum(axis=1))
+    lo, step, err = (np.empty((len(Qc), S)) for _ in range(3))
+    round_queries(Qc, a["start"], a["dims"], 2**qb - 1, out, codes, lo, step, err)
     if explicit:
-        return out, err, codes, lo_all, step_all
+        return out, err, codes, lo, step
     return out, err
 
 
-def float_rows(q, Qc: np.ndarray):
+def _query_rows(Qc) -> np.ndarray:
+    """``Qc`` C-contiguous for the kernels: float32 or float64 as given (the rounding reads
+    float64 rows at full precision, as it always did), anything else as float32."""
+    Qc = np.asarray(Qc)
+    dtype = Qc.dtype if Qc.dtype in (np.float32, np.float64) else np.float32
+    return np.ascontiguousarray(Qc, dtype=dtype)
+
+
+def float_rows(q, Qc: np.ndarray, *, unrounded: bool = False):
     """``(rows, qconst, rounding)`` of centred, rotated query rows: the rows as the float
-    tables see them (rounded to ``query_bits`` if set; float32, coded dimensions) and their
-    per-segment constants ``(2^B_s - 1)/2 · Σ q_s``."""
-    Qq, rounding = quantize_query(q, Qc)
+    tables see them (rounded to ``query_bits`` if set, unless ``unrounded``: the two-pass
+    scans' float query; float32, coded dimensions) and their per-segment constants
+    ``(2^B_s - 1)/2 · Σ q_s`` (:func:`bbqlib._kernels.saq_query.segment_constants`)."""
+    from ..._kernels.saq_query import segment_constants
+
+    if unrounded:
+        Qq, rounding = Qc, np.zeros((len(Qc), len(q.plan_.segments)))
+    else:
+        Qq, rounding = quantize_query(q, Qc)
     Qq = np.ascontiguousarray(Qq[:, : q.plan_.coded_dims], dtype=np.float32)
-    qconst = np.empty((len(Qq), len(q.plan_.segments)))
-    for s, seg in enumerate(q.plan_.segments):
-        qconst[:, s] = (
-            (2**seg.bits - 1) / 2.0 * Qq[:, seg.start : seg.stop].sum(1, dtype=np.float64)
-        )
+    a = q.plan_.arrays()
+    qconst = np.empty((len(Qq), len(a["start"])))
+    segment_constants(Qq, a["start"], a["dims"], a["bits"], qconst)
     return Qq, qconst, rounding
 
 
