@@ -185,7 +185,7 @@ class OSQScanner(Scanner):
             middle = (centroids, bits, lam, is_l2, width, postings.start, block_starts, blocks,
                       *common, enc.doc_planes, width // 8, dim)  # fmt: skip
             return IVFOne(KF.ivf_lut_fused, middle, self._checks(postings, True))
-        if enc.query_kind == "planes":
+        if enc.query_planes > 0:  # quantized queries against plane docs: popcount
             qplanes = enc.query_planes
             middle = (centroids, bits, lam, is_l2, qplanes, qplanes * padded_dim(dim) // 8,
                       postings.start, np.asarray(postings.codes).view(np.uint64), *common,
