@@ -40,7 +40,7 @@ __all__ = [
 _EMPTY_MASK = np.empty(0, np.uint8)
 
 #: Tiered compilation of the single-query paths (docs/startup.md). A path's fused kernels
-#: cost more to compile than the batch path's (``benchmarks/bench_serving.py --sections
+#: cost more to compile than the batch path's (``benchmarks/serving/serving.py --sections
 #: startup`` reports both), so while neither this process nor the disk cache has them,
 #: one-query searches take the batch path, until that has cost this many seconds; then the
 #: next one compiles them.
