@@ -1,4 +1,4 @@
-"""Helpers shared by the fault tests and ``benchmarks/bench_faults.py``: small indexes,
+"""Helpers shared by the fault tests and ``benchmarks/faults/faults.py``: small indexes,
 where a section of a container lives, a seeded mutation fuzzer over files and directories,
 and the kill -9 harness.
 

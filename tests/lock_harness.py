@@ -1,5 +1,5 @@
 """The lock cases, tried one at a time (issue 27): shared by ``tests/test_locks.py`` and the
-"lock cases" section of ``benchmarks/bench_faults.py``, which runs each many times against
+"lock cases" section of ``benchmarks/faults/faults.py``, which runs each many times against
 this checkout and a baseline. Works with any bbqlib that has ``bbqlib.storage.atomic`` (before
 and after locks failed closed), so the outcome, not an import error, tells them apart.
 

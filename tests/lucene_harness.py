@@ -1,7 +1,7 @@
 """Run Lucene 10.5 itself (``tests/java/LuceneOracle.java``) on float32 vectors and read back what
 it produced: doc bytes and corrections, the centroid, query levels and corrections, scores.
 
-Used by ``tests/test_lucene_oracle.py`` and ``benchmarks/bench_lucene.py``. Lucene 10 needs
+Used by ``tests/test_lucene_oracle.py`` and ``benchmarks/quality/lucene.py``. Lucene 10 needs
 Java 21 or newer: :func:`find_java` looks at ``$JAVA_HOME`` first, then at the JDKs installed
 beside the ``java`` on ``PATH`` (``/usr/lib/jvm/*``, ``/opt/java/*``, ``/Library/Java/...``).
 The harness is compiled once per source version and JDK into a cache folder.

@@ -3,8 +3,8 @@
 Test modules and helpers import these names instead of computing paths from their own
 location (``Path(__file__).parents[1]``), so a test module can move into a subfolder of
 ``tests/`` without changing what it reads. Benchmarks that put ``tests/`` on ``sys.path``
-(``bench_lucene``, ``bench_faults``) import the helpers, hence this module: it imports no
-pytest at import time.
+(``benchmarks/quality/lucene.py``, ``benchmarks/faults/faults.py``) import the helpers, hence
+this module: it imports no pytest at import time.
 
 Attributes
 ----------

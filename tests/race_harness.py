@@ -1,5 +1,5 @@
 """Races between processes, files swapped in from elsewhere, killed first builds (issue 27):
-helpers shared by ``tests/test_races.py`` and ``benchmarks/bench_faults.py``.
+helpers shared by ``tests/test_races.py`` and ``benchmarks/faults/faults.py``.
 
 - :func:`loads_during_saves`: a child process saves two versions of one index (a flat file or
   an IVF directory) over the same path in a loop while this process opens it and searches;

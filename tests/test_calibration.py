@@ -1,7 +1,7 @@
 """Calibration (bbqlib.calibrate, bbqlib.calibration): the choice, its record, sizing, the CLI.
 
 Small data and a small search space keep these tests to seconds; the full space on real
-data is benchmarks/bench_calibrate.py.
+data is benchmarks/calibration/calibrate.py.
 """
 
 from __future__ import annotations
@@ -313,12 +313,12 @@ def test_calibration_loads_on_first_use():
 
 
 def test_results_render_keeps_rows_it_did_not_measure():
-    """benchmarks/render_calibrate.py's carry-over: a re-render replaces the rows it measured,
+    """benchmarks/calibration/render.py's carry-over: a re-render replaces the rows it measured,
     keeps the committed rows of other data sets (keyed tables) and the tables it lacks."""
     import importlib.util
 
-    path = ROOT / "benchmarks" / "render_calibrate.py"
-    spec = importlib.util.spec_from_file_location("render_calibrate", path)
+    path = ROOT / "benchmarks" / "calibration" / "render.py"
+    spec = importlib.util.spec_from_file_location("calibration_render", path)
     render = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(render)
     head = "| data / index | chosen |\n|---|---|\n"

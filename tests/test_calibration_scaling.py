@@ -1,6 +1,6 @@
 """Calibration: SAQ's bit budgets in the search space, and the list density rule of sizing.
 
-Small data keeps these to seconds; the measurements at 1M are benchmarks/bench_calibrate.py.
+Small data keeps these to seconds; the measurements at 1M are benchmarks/calibration/calibrate.py.
 """
 
 from __future__ import annotations

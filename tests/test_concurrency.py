@@ -3,7 +3,7 @@
 Stress tests run threads for a bounded time (``BBQLIB_STRESS_SECONDS``, default 2 s each)
 and assert: no exception in any thread, no lost or duplicated row, every returned id valid
 (issued, not deleted before the search began, at most once per result row). Longer runs
-with rates: ``benchmarks/bench_faults.py``.
+with rates: ``benchmarks/faults/faults.py``.
 """
 
 from __future__ import annotations

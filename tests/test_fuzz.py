@@ -4,7 +4,7 @@ ann-benchmarks HDF5 files (issue 12): at least 1,000 mutations per run, each giv
 formats must never be silently wrong; vector files carry no checksum (a changed value is
 data), so there only crashes count; in HDF5 files a changed byte of a dataset's stored
 values is data too, any other mutation (structure, truncation) must be clean or unchanged.
-Larger runs with the counts: ``benchmarks/bench_faults.py``.
+Larger runs with the counts: ``benchmarks/faults/faults.py``.
 """
 
 from __future__ import annotations

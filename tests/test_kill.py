@@ -1,6 +1,6 @@
 """kill -9 during each kind of save (issue 12): the next open finds an intact index (the
 previous version or the new one, never a mix) and no leftover file. Subprocesses save in a
-loop and are killed at seeded moments; ``benchmarks/bench_faults.py`` runs 100 per kind."""
+loop and are killed at seeded moments; ``benchmarks/faults/faults.py`` runs 100 per kind."""
 
 from __future__ import annotations
 

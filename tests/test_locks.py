@@ -506,7 +506,8 @@ def test_without_fcntl_the_first_save_warns_once(flat, tmp_path, monkeypatch):
 
 
 def test_every_lock_case_of_the_benchmark_is_named_not_silent(tmp_path, monkeypatch):
-    """``bench_faults.py``'s lock cases (``lock_harness``), once each: 0 silent writes."""
+    """The lock cases of ``benchmarks/faults/faults.py`` (``lock_harness``), once each: 0 silent
+    writes."""
     from lock_harness import LOCK_CASES, LockFixture, lock_trial
 
     fix = LockFixture(tmp_path)

@@ -1,5 +1,5 @@
 """Races between processes and files from elsewhere (issue 27; helpers in race_harness.py,
-counted at scale by ``benchmarks/bench_faults.py --only races,swaps,firstbuild``).
+counted at scale by ``benchmarks/faults/faults.py --only races,swaps,firstbuild``).
 
 - an open racing another process's save of the same path gives the old or the new index,
   never an error or a mix (each file is opened once and mapped from that descriptor);

@@ -28,7 +28,7 @@ Loading an entry is bbqlib's share of a fresh process's first query, so entries 
 for loading. numba stores each kernel's machine code with the whole optimized LLVM module
 beside it (for kernels compiled later that call this one and inline it) and parses that
 module at every load, to list the names it defines: for a large kernel such as the fused
-single-query IVF one, most of the load (``benchmarks/bench_serving.py --sections startup``
+single-query IVF one, most of the load (``benchmarks/serving/serving.py --sections startup``
 times the first query of a fresh process). bbqlib's entries hold the
 machine code, a module of only the names other code can look up (functions and globals that
 are not private, with empty bodies, never compiled), and the whole module as bytes, parsed

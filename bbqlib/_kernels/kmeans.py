@@ -288,7 +288,7 @@ def centroid_sums_kernel(X, assign, sums):
     """``sums[assign[i]] += X[i]`` in float64, accumulated in row order.
 
     Serial on purpose: one pass over contiguous rows vectorizes and is memory-bound;
-    splitting the dimensions across threads is slower (``benchmarks/bench_clustering.py``
+    splitting the dimensions across threads is slower (``benchmarks/ivf/clustering.py``
     times Lloyd's iterations), and splitting rows would make the float64 sums depend on the
     thread count.
 

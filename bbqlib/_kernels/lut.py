@@ -206,7 +206,7 @@ def tables_from_codes(y, pairs, out):
 
 #: Query-pairs (8 dimensions of a query) per thread: enough work to outweigh a parallel
 #: region's fork and join (``policy.threads_for``; docs/threads.md lists every such constant,
-#: ``benchmarks/bench_serving.py --sections contention`` measures searches under load).
+#: ``benchmarks/serving/serving.py --sections contention`` measures searches under load).
 TABLE_PAIRS_PER_THREAD = 330_000
 
 

@@ -359,7 +359,7 @@ def _quantize_one_thread(*args) -> None:
 
 
 #: Floats per thread: enough work to outweigh a parallel region's fork and join (with the
-#: optimizer's steps; docs/threads.md, ``benchmarks/bench_serving.py --sections
+#: optimizer's steps; docs/threads.md, ``benchmarks/serving/serving.py --sections
 #: contention``), so a query batch of a few hundred rows is quantized on the calling thread.
 QUANTIZE_PER_THREAD = 200_000
 

@@ -194,7 +194,7 @@ def threads_for(work_items: float, min_per_thread: float) -> int:
     ``min_per_thread`` is set per kernel family (docs/threads.md lists them): enough work
     for one thread that a parallel region's fork and join (short on an idle machine, long
     when a helper thread waits for a busy core) stay small beside it;
-    ``benchmarks/bench_serving.py --sections contention`` measures searches under load.
+    ``benchmarks/serving/serving.py --sections contention`` measures searches under load.
     """
     n = num_threads()
     if n <= 1:

@@ -58,7 +58,7 @@ def _register_madvise() -> bool:
 HAS_MADVISE = _register_madvise()
 #: Cycles (:func:`cycles`) beyond which reading and checking one row or list means it came
 #: from the disk, not from memory: data in memory is read and checked well within it, a read
-#: from a disk takes an order of magnitude or more longer (``benchmarks/bench_cold_checks.py``
+#: from a disk takes an order of magnitude or more longer (``benchmarks/serving/cold_checks.py``
 #: measures cold queries).
 SLOW_CYCLES = 60_000
 

@@ -124,7 +124,7 @@ def _sqdists_one_thread(queries, vectors, cand, out) -> None:
 
 #: Candidate components (candidates x dimension) per thread: enough work to outweigh a
 #: parallel region's fork and join whether the rows are in cache or not (docs/threads.md,
-#: ``benchmarks/bench_serving.py --sections contention``).
+#: ``benchmarks/serving/serving.py --sections contention``).
 RERANK_PER_THREAD = 2_000_000
 
 

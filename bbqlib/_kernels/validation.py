@@ -19,7 +19,7 @@ __all__ = ["row_sq_norms", "normalize_rows"]
 
 #: Floats per thread: enough work to outweigh a parallel region's fork and join, so query
 #: batches and small adds run on the calling thread (``bbqlib._kernels.policy.threads_for``;
-#: docs/threads.md, ``benchmarks/bench_serving.py --sections contention``).
+#: docs/threads.md, ``benchmarks/serving/serving.py --sections contention``).
 NORMS_PER_THREAD = 4_000_000
 #: Floats per thread for :func:`normalize_rows` (fewer than for norms: each float is also
 #: divided and written).

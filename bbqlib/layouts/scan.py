@@ -22,7 +22,7 @@ UNPACK_CHUNK = 65536
 FEW_QUERIES = 4
 #: (query, doc) pairs per thread in a scan or estimate: enough work to outweigh a parallel
 #: region's fork and join, so single queries and small batches run on the calling thread
-#: (``policy.threads_for``; docs/threads.md, ``benchmarks/bench_serving.py --sections
+#: (``policy.threads_for``; docs/threads.md, ``benchmarks/serving/serving.py --sections
 #: contention``).
 PAIRS_PER_THREAD = 250_000
 

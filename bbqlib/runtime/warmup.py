@@ -13,7 +13,7 @@ from .._kernels import policy
 __all__ = ["warmup", "start_numba"]
 
 #: Set to 1 to leave numba's start to the first kernel call (``import bbqlib`` is then faster
-#: by what that call pays instead; ``benchmarks/bench_serving.py --sections startup`` times
+#: by what that call pays instead; ``benchmarks/serving/serving.py --sections startup`` times
 #: both): for tools that import bbqlib without running a kernel.
 LAZY_START_ENV = "BBQLIB_LAZY_START"
 
@@ -106,7 +106,7 @@ def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
     single-query kernels of saved indexes with the default quantizer (BBQ, float32 vectors),
     through a small probe index of each kind saved in a temporary folder. Without it, the
     first single query of an opened index loads its kernel
-    (``benchmarks/bench_serving.py --sections startup`` times it); a server that calls
+    (``benchmarks/serving/serving.py --sections startup`` times it); a server that calls
     ``bbqlib.warmup()`` at start-up, then opens its indexes,
     loads none at their first query from its second start on (``warmup(index)`` covers any
     other index, and batches).

@@ -1,7 +1,7 @@
 /*
  * bbqlib's oracle harness: runs Apache Lucene's own optimized scalar quantization (OSQ) and
  * Lucene104 scorer on raw float32 files and writes what Lucene produced, for
- * tests/test_lucene_oracle.py and benchmarks/bench_lucene.py to compare bit for bit.
+ * tests/test_lucene_oracle.py and benchmarks/quality/lucene.py to compare bit for bit.
  *
  * Compiled at test time against the Lucene 10.5 jar (Java >= 21); see tests/lucene_harness.py.
  *

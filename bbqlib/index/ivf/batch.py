@@ -28,7 +28,7 @@ __all__ = ["ENTRIES_PER_THREAD", "search_batch", "allowed_rows", "finish_rows"]
 
 #: Entries to visit per thread in a search (with the ranking and rerank around them: enough
 #: work to outweigh a parallel region's fork and join; docs/threads.md,
-#: ``benchmarks/bench_serving.py --sections contention``); fewer run every kernel of the
+#: ``benchmarks/serving/serving.py --sections contention``); fewer run every kernel of the
 #: search on one thread.
 ENTRIES_PER_THREAD = 40_000
 

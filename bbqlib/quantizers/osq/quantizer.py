@@ -21,7 +21,7 @@ def _lucene_mode(q):
     """:mod:`.lucene` when ``q.arithmetic == "lucene"``, else None (ValueError if unknown).
 
     Imported on first use, so that ``import bbqlib`` does not pay for Lucene's float32
-    kernels (``benchmarks/bench_serving.py --sections startup`` times the import).
+    kernels (``benchmarks/serving/serving.py --sections startup`` times the import).
     """
     if getattr(q, "arithmetic", "float64") == "float64":
         return None
