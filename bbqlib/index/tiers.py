@@ -13,7 +13,7 @@ from .one import one_query
 __all__ = ["COMPILE_SINGLE_AFTER", "SingleQueryTier", "FLAT_TIER", "tier_of"]
 
 #: Tiered compilation of the single-query paths (docs/startup.md). A path's fused kernels
-#: cost more to compile than the batch path's (``benchmarks/bench_serving.py --sections
+#: cost more to compile than the batch path's (``benchmarks/serving/serving.py --sections
 #: startup`` reports both), so while neither this process nor the disk cache has them,
 #: one-query searches take the batch path, until that has cost this many seconds; then the
 #: next one compiles them.
