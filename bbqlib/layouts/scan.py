@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._kernels import scoring as KS
+from .._kernels.ivf import dedup_topk_rows
 from .._kernels.policy import limit_threads, threads_for
 from ..packing import unpack_planes
 from ..search.topk import EMPTY_ID, merge_topk
@@ -75,6 +76,9 @@ def topk_keys(
         qb = q.rows(q0, min(nq, q0 + QUERY_BATCH))
         with limit_threads(threads):
             keys, ids = _scan(qb, d, k, mask, id_base, chunks)
+        if chunks == 1:  # one heap per query: sorted in place of a merge (same order)
+            _sort_heaps(keys[0], ids[0], all_keys[q0 : q0 + len(qb)], all_ids[q0 : q0 + len(qb)])
+            continue
         keys = keys.transpose(1, 0, 2).reshape(len(qb), -1)
         ids = ids.transpose(1, 0, 2).reshape(len(qb), -1)
         keys, ids = merge_topk(keys, ids, k)
@@ -142,3 +146,10 @@ def _scan_lut(q: QueryCodes, d: DocCodes, mask, id_base, keys, ids) -> None:
         query_tables(q), q.factors, blocks, cols, d.planes, d.words * 8, len(d), d.dim,
         d.centroid_dot, d.is_l2, mask, id_base, keys, ids,
     )  # fmt: skip
+
+
+def _sort_heaps(keys, ids, out_keys, out_ids) -> None:
+    """Heaps of distinct ids [nq, k] best first (key desc, id asc; ``-inf`` / ``-1`` where
+    empty), as :func:`~bbqlib.search.topk.merge_topk` orders them (the de-duplication's sort,
+    which finds nothing to remove)."""
+    dedup_topk_rows.serial(keys, ids, out_keys, out_ids)
