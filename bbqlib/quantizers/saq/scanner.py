@@ -181,24 +181,46 @@ class SAQScanner(Scanner):
                   block_starts, blocks, np.asarray(postings.codes), np.asarray(postings.factors),
                   cols, ksum, gnorm, gmax, postings.ids, a["start"], a["dims"], a["bits"],
                   a["msb_off"], a["low_off"], q.similarity_.is_distance)  # fmt: skip
-        return IVFOne(KF.ivf_saq_fused, middle, self._checks(postings, False), self._prepare)
+        return IVFOne(KF.ivf_saq_fused, middle, self._checks(postings, False), _Prepare(q))
 
-    def _prepare(self, qt, reranked: bool):
-        """The query's tables and constants as :meth:`SAQQuantizer.scan_pairs` makes them
-        (``IVF_SCAN`` read per query), or None for the float-table scan (the batch path)."""
-        from .lists import IVF_SCAN, ivf_scan_mode
-        from .search import PREFILTER_Z, fastscan_queries, float_rows
 
-        q = self.quantizer
-        mode = ivf_scan_mode(q, IVF_SCAN, reranked)
+class _Prepare:
+    """The per-query arrays of SAQ's fused IVF call, as :meth:`SAQQuantizer.scan_pairs` makes
+    them for a batch (the same kernels: one query equals its row of a batch); ``IVF_SCAN`` is
+    read per query. Holds no query's state (concurrent searches share it)."""
+
+    def __init__(self, q):
+        from ..._kernels.saq_query import fastscan_tables
+        from . import lists
+        from .search import PREFILTER_Z, float_rows
+
+        a = q.plan_.arrays()
+        self.q = q
+        self.coded = q.plan_.coded_dims
+        keep = np.ascontiguousarray(a["bits"], dtype=np.int64)  # every plane: one pass
+        self.segments = (a["start"], a["dims"], a["bits"], keep)
+        self.width = 2 * (self.coded // 8) * 32
+        self.tables_of = fastscan_tables.serial  # one row: the parallel kernel's body
+        self.lists, self.float_rows, self.z = lists, float_rows, PREFILTER_Z
+        self.modes = {}  # (IVF_SCAN, reranked) -> the list scan (ivf_scan_mode)
+
+    def __call__(self, qt, reranked: bool):
+        """``(tables, lo, step, w, const, qerr, frows, fconst, refine)`` of the prepared,
+        transformed query ``qt`` [1, d], or None for the float-table scan (the batch path)."""
+        scan = self.lists.IVF_SCAN
+        mode = self.modes.get((scan, reranked))
+        if mode is None:
+            mode = self.modes[(scan, reranked)] = self.lists.ivf_scan_mode(self.q, scan, reranked)
         if mode == "plain":
             return None
-        Yc = np.ascontiguousarray(q.rotate(qt)[:, : q.plan_.coded_dims], dtype=np.float32)
-        tables, lo, step, w, const, rounding, _ = fastscan_queries(q, Yc, q.plan_.arrays()["bits"])
+        Yc = np.ascontiguousarray(self.q.rotate(qt)[:, : self.coded], dtype=np.float32)
+        tables = np.empty((1, self.width), dtype=np.uint8)
+        lo, step, w, const, rounding, trunc = np.empty((6, 1, len(self.segments[0])))
+        self.tables_of(Yc, *self.segments, tables, lo, step, w, const, rounding, trunc)
         refine = mode == "two-pass"
         if refine:
             # the float query whatever query_bits is (no copy of the quantizer per call)
-            frows, fconst, _ = float_rows(q, Yc, unrounded=True)
+            frows, fconst, _ = self.float_rows(self.q, Yc, unrounded=True)
         else:
             frows, fconst = np.zeros((1, 8), np.float32), np.zeros((1, 1))
-        return (tables, lo, step, w, const, PREFILTER_Z * rounding, frows, fconst, refine)
+        return (tables, lo, step, w, const, self.z * rounding, frows, fconst, refine)
