@@ -1,4 +1,5 @@
-"""Ask the kernel to read ranges of a memory-mapped file ahead (``madvise(MADV_WILLNEED)``).
+"""Reads announced ahead: file ranges to the operating system (``madvise(MADV_WILLNEED)``),
+rows of codes to the CPU's caches (:func:`prefetch_row`).
 
 A cold search of an index served from disk reads a few posting lists and a few dozen rerank
 rows, scattered over files mapped with ``MADV_RANDOM`` (no read-around: each page fault
@@ -15,6 +16,10 @@ followed (memory that is not a file map, a range past the end), and it changes n
 :func:`willneed` calls the C library's ``madvise`` from compiled code (an LLVM call to the
 external symbol, registered with llvmlite here, so kernels that use it stay cacheable);
 where there is no ``madvise`` (Windows) it does nothing.
+
+:func:`prefetch_row` asks the CPU to bring a row of a 2-d array into its caches (LLVM's
+``llvm.prefetch``, a hint that never faults): a scan of one query streams its codes once,
+and asking for the rows a few ahead keeps the loads of the dots from waiting on memory.
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ from numba.extending import intrinsic
 
 from .policy import kernel
 
-__all__ = ["HAS_CYCLES", "HAS_MADVISE", "PAGE", "SLOW_CYCLES", "cycles", "willneed"]
+__all__ = [
+    "HAS_CYCLES", "HAS_MADVISE", "PAGE", "SLOW_CYCLES", "cycles", "prefetch_row", "willneed",
+]  # fmt: skip
 
 #: The page size ``madvise`` aligns to.
 PAGE = mmap.PAGESIZE
@@ -67,6 +74,35 @@ SLOW_CYCLES = 60_000
 #: counter may be a register user code cannot read (AArch64's ``PMCCNTR_EL0``), so it is
 #: never emitted, and the row checks always announce their reads.
 HAS_CYCLES = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
+
+
+#: LLVM's name of the prefetch intrinsic: overloaded on the pointer type, opaque from LLVM 15.
+_PREFETCH = "llvm.prefetch.p0" if ll.llvm_version_info[0] >= 15 else "llvm.prefetch.p0i8"
+
+
+@intrinsic
+def prefetch_row(typingctx, arr, row):
+    """Prefetch the first cache line of ``arr[row]`` (a C-contiguous 2-d array) for reading
+    into every cache level; a hint: no fault, no result. The CPU's adjacent-line prefetchers
+    follow the rest of a row of a few hundred bytes."""
+    if not isinstance(arr, types.Array) or arr.ndim != 2 or not isinstance(row, types.Integer):
+        return None
+    sig = types.void(arr, row)
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        zero = context.get_constant(types.intp, 0)
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1], zero])
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, _PREFETCH)
+        # read (0), high temporal locality (3), data cache (1)
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 @intrinsic

@@ -22,6 +22,7 @@ import numpy as np
 
 from .policy import kernel, parallel_kernel, prange
 from .popcount import popcount64
+from .prefetch import prefetch_row
 
 __all__ = [
     "BLOCK",
@@ -40,6 +41,8 @@ __all__ = [
 
 #: Docs per cache block inside a scan.
 BLOCK = 256
+#: Rows a scan asks the CPU for ahead of the one it scores (``prefetch_row``).
+AHEAD = 8
 #: Id of an empty heap slot (sorts after every real id).
 EMPTY_ID = np.iinfo(np.int64).max
 #: Longest ``byte_dot`` summed in int32 (255² · 32768 < 2³¹, so the sum cannot overflow).
@@ -314,6 +317,8 @@ def scan_bytes(qb, qf, db, df, dim, cc, is_l2, allowed, id_base, out_keys, out_i
             for q in range(qb.shape[0]):
                 query = qb[q]
                 for j in range(m):
+                    if q == 0 and b0 + j + AHEAD < stop:  # the first pass over a block reads it
+                        prefetch_row(db, b0 + j + AHEAD)
                     dots[j] = byte_dot(query, db[b0 + j])
                 _block_keys(dots, m, b0, df, qf[q], dim, cc, is_l2, block_keys)
                 _offer_block(out_keys[c, q], out_ids[c, q], block_keys, m, b0, allowed, id_base)
@@ -333,6 +338,8 @@ def scan_float(qv, qf, codes, df, dim, cc, is_l2, allowed, id_base, out_keys, ou
             for q in range(qv.shape[0]):
                 query = qv[q]
                 for j in range(m):
+                    if q == 0 and b0 + j + AHEAD < stop:  # the first pass over a block reads it
+                        prefetch_row(codes, b0 + j + AHEAD)
                     dots[j] = float_dot(query, codes[b0 + j])
                 _block_keys(dots, m, b0, df, qf[q], dim, cc, is_l2, block_keys)
                 _offer_block(out_keys[c, q], out_ids[c, q], block_keys, m, b0, allowed, id_base)
