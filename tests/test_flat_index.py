@@ -507,3 +507,23 @@ def test_interrupted_save_keeps_the_previous_file(saved, make_vectors, monkeypat
     loaded = bbqlib.load(path)
     assert loaded.ntotal == 300
     np.testing.assert_array_equal(loaded.search(Q, 5)[1], expected[1])
+
+
+def test_constructor_checks_the_default_quantizer_now_and_warns_about_ignored_options():
+    """The quantizer an index is made with follows one rule everywhere
+    (``bbqlib.index.base.index_quantizer``): a wrong ``bits`` fails at construction, not at
+    the first ``add``; options next to a quantizer are ignored with a FutureWarning."""
+    with pytest.raises(ValueError, match="bits must be one of"):
+        bbqlib.FlatIndex(bits=9)
+    with pytest.raises(ValueError, match="similarity"):
+        bbqlib.FlatIndex(similarity="hamming")
+    with pytest.raises(TypeError, match="bbqlib Quantizer"):
+        bbqlib.FlatIndex("bbq")
+    q = bbqlib.BBQQuantizer(bits=2)
+    with pytest.warns(FutureWarning, match="FlatIndex: bits ignored"):
+        assert bbqlib.FlatIndex(q, bits=4).quantizer is q
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert bbqlib.FlatIndex(q).quantizer is q  # the defaults alone: nothing to say

@@ -14,11 +14,12 @@ import numpy as np
 from .._params import check_int
 from .._validation import check_k, check_vectors, owned_rows, prepare_for_similarity
 from ..layouts.lists import scan_lists_of_codes
-from ..quantizers import BBQQuantizer, EncodedVectors, Quantizer
+from ..quantizers import EncodedVectors, Quantizer
 from ..search import finish
 from ..search.finish import check_scores, result_columns
 from ..search.rerank import candidate_count, check_oversample, exact_mode, exact_values, rerank_keys
 from ..search.topk import EMPTY_ID, merge_topk
+from .base import index_quantizer
 from .ids import RowIds
 
 
@@ -27,17 +28,11 @@ def check_positive_int(value, name: str) -> int:
 
 
 def make_quantizer(quantizer, bits, query_bits, similarity, precondition, seed) -> Quantizer:
-    if quantizer is None:
-        return BBQQuantizer(
-            bits=bits,
-            query_bits=query_bits,
-            similarity=similarity,
-            precondition=precondition,
-            seed=seed,
-        )
-    if not isinstance(quantizer, Quantizer):
-        raise TypeError(f"quantizer must be a bbqlib Quantizer, got {type(quantizer).__name__}")
-    return quantizer
+    """The quantizer of a lists index (:func:`bbqlib.index.base.index_quantizer`); ``seed``
+    also seeds the engine's own training, so it goes to the default quantizer only."""
+    extra = {"seed": seed} if quantizer is None else {}
+    return index_quantizer(quantizer, "the lists index", bits=bits, query_bits=query_bits,
+                           similarity=similarity, precondition=precondition, **extra)  # fmt: skip
 
 
 class ListsIndex:

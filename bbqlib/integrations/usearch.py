@@ -16,8 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import check_k, check_vectors, owned_rows, prepare_for_similarity
+from ..index.base import index_quantizer
 from ..index.ids import RowIds
-from ..quantizers import BBQQuantizer, Quantizer
+from ..quantizers import Quantizer
 from ..search import finish
 from ..search.candidates import score_candidates
 from ..search.finish import check_scores, result_columns
@@ -112,17 +113,10 @@ class USearchIndex:
         store_vectors: bool = True,
         threads: int = 1,
     ):
-        if quantizer is None:
-            quantizer = BBQQuantizer(
-                bits=bits,
-                query_bits=query_bits,
-                similarity=similarity,
-                precondition=precondition,
-                seed=seed,
-            )
-        elif not isinstance(quantizer, Quantizer):
-            raise TypeError(f"quantizer must be a bbqlib Quantizer, got {type(quantizer).__name__}")
-        self.quantizer = quantizer
+        self.quantizer = index_quantizer(
+            quantizer, "USearchIndex", bits=bits, query_bits=query_bits, similarity=similarity,
+            precondition=precondition, seed=seed,
+        )  # fmt: skip
         self.connectivity = _check_int(connectivity, "connectivity", 2)
         self.expansion_add = _check_int(expansion_add, "expansion_add", 1)
         self._expansion_search = _check_int(expansion_search, "expansion_search", 1)

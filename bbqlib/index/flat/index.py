@@ -13,12 +13,13 @@ from ..._validation import (
     owned_rows,
     prepare_for_similarity,
 )
-from ...quantizers import BBQQuantizer, EncodedVectors, Quantizer
+from ...quantizers import EncodedVectors, Quantizer
 from ...search import finish
 from ...search.finish import check_scores, result_columns
 from ...search.rerank import candidate_count, check_oversample, exact_mode, rerank_keys
 from ...search.stored import check_store_vectors, stored_exact_values, stored_rows, to_stored
 from ...storage.blocks import BlockChecksums
+from ..base import index_quantizer
 from ..guard import IndexGuard
 from ..ids import RowIds, filter_rows
 from .files import FORMAT_VERSION, read_flat, write_flat
@@ -88,17 +89,10 @@ class FlatIndex:
         store_vectors="float32",
         oversample: float | None = None,
     ):
-        if quantizer is None:
-            quantizer = BBQQuantizer(
-                bits=bits,
-                query_bits=query_bits,
-                similarity=similarity,
-                precondition=precondition,
-                seed=seed,
-            )
-        elif not isinstance(quantizer, Quantizer):
-            raise TypeError(f"quantizer must be a bbqlib Quantizer, got {type(quantizer).__name__}")
-        self.quantizer = quantizer
+        self.quantizer = index_quantizer(
+            quantizer, "FlatIndex", bits=bits, query_bits=query_bits, similarity=similarity,
+            precondition=precondition, seed=seed,
+        )  # fmt: skip
         self.store_vectors = check_store_vectors(store_vectors)
         self.oversample = None if oversample is None else check_oversample(oversample, 1.0)
         self._codes: list[EncodedVectors] = []

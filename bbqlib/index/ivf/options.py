@@ -13,13 +13,13 @@ import warnings
 import numpy as np
 
 from ...encoding import ENCODINGS
-from ...quantizers import BBQQuantizer, Quantizer
+from ...quantizers import Quantizer
+from ..base import DEFAULT_OPTIONS, default_quantizer
 
 __all__ = ["UNSET", "resolve_quantizer"]
 
 #: Marks an option the caller did not pass.
 UNSET = object()
-_DEFAULTS = {"bits": 1, "query_bits": "auto", "similarity": "cosine", "precondition": None}
 
 
 def resolve_quantizer(quantizer, legacy: tuple, options: dict, seed, cluster_size):
@@ -50,11 +50,8 @@ def resolve_quantizer(quantizer, legacy: tuple, options: dict, seed, cluster_siz
         raise TypeError("IVFIndex takes the quantizer as its only positional argument")
     given = sorted(k for k, v in options.items() if v is not UNSET)
     if quantizer is None:
-        opts = {k: (_DEFAULTS[k] if v is UNSET else v) for k, v in options.items()}
-        quantizer = BBQQuantizer(seed=seed, **opts)
-        # A wrong bits / query_bits / similarity fails now, not after a long add().
-        quantizer._encoding_for_params()
-        quantizer.similarity_kind  # noqa: B018
+        opts = {k: (DEFAULT_OPTIONS[k] if v is UNSET else v) for k, v in options.items()}
+        quantizer = default_quantizer(seed=seed, **opts)  # checked now, not after add()
     elif not isinstance(quantizer, Quantizer):
         raise TypeError(f"quantizer must be a bbqlib Quantizer, got {type(quantizer).__name__}")
     elif "ivf" not in ENCODINGS.family(quantizer.family).indexes:
