@@ -38,12 +38,19 @@ import numpy as np
 
 from . import ivf as KI
 from .crc32 import check_lists, check_rows
-from .lut import ivf_scan_lut
 from .pairs import grid_pair_rows, residual_pair_rows, scaled_pair_rows
 from .policy import kernel
 from .saq_ivf import ivf_fastscan_saq, pair_terms
 from .scoring import EMPTY_ID
-from .single import _ONE, _ZERO, ivf_plan_two, prepare_one, rerank_dots, rerank_sqdists
+from .single import (
+    _ONE,
+    _ZERO,
+    ivf_lut_one,
+    ivf_plan_two,
+    prepare_one,
+    rerank_dots,
+    rerank_sqdists,
+)  # fmt: skip
 
 __all__ = [
     "ivf_front",
@@ -57,7 +64,6 @@ __all__ = [
 ]
 
 _quantize_pairs = KI.quantize_pairs.serial
-_scan_lut = ivf_scan_lut.serial
 _scan_planes = KI.ivf_scan_planes.serial
 _scan_bytes = KI.ivf_scan_bytes.serial
 _scan_float = KI.ivf_scan_float.serial
@@ -167,28 +173,20 @@ def _one_query(lists):
 @kernel
 def ivf_lut_fused(x, qp, qt, front, middle, back, outs):
     """OSQ-coded queries (one optimizer step per list, as ``query_pairs``) and the
-    lookup-table list scan (plane docs, queries of at most 4 bits). ``middle``:
-    ``(centroids, bits, lam, is_l2, width, list_start, list_block_start, blocks, df, ids,
-    list_cc, planes, pairs, dim, allowed, heap, depth)``."""
+    lookup-table list scan (plane docs, queries of at most 4 bits):
+    :func:`bbqlib._kernels.single.ivf_lut_one`. ``middle``: ``(centroids, bits, lam, is_l2,
+    width, list_start, list_block_start, blocks, df, ids, list_cc, planes, pairs, dim,
+    allowed, heap, depth)``."""
     status, lists = ivf_front(x, qp, qt, front, outs[2])
     if status != 0:
         return status, lists.shape[0], 0
     (C, bits, lam, is_l2, width, list_start, list_block_start, blocks, df, ids, list_cc,
      planes, pairs, dim, allowed, heap, depth) = middle  # fmt: skip
-    pair_query, pair_list, pair_start = _one_query(lists)
-    P = lists.shape[0]
-    qcodes = np.zeros((P, width), dtype=np.uint8)
-    qf = np.empty((P, 4), dtype=np.float64)
-    _quantize_pairs(
-        _rows(qp, qt), C, pair_query, pair_list, bits, _ONE, lam, is_l2, _ZERO, qcodes, qf
-    )
-    keys, hids = _heap(heap)
-    _scan_lut(
-        qcodes, qf, lists, pair_start, list_start, list_block_start, blocks, df, ids, list_cc,
-        planes, pairs, dim, is_l2, allowed, keys, hids,
+    best, rows, entries = ivf_lut_one(
+        _rows(qp, qt), C, lists, bits, lam, is_l2, width, list_start, list_block_start, blocks,
+        df, ids, list_cc, planes, pairs, dim, allowed, heap, depth,
     )  # fmt: skip
-    best, rows, entries = _distinct(keys, hids, heap, depth, lists, list_start)
-    return ivf_back(qp, best, rows, back, outs), P, entries
+    return ivf_back(qp, best, rows, back, outs), lists.shape[0], entries
 
 
 @kernel
