@@ -55,8 +55,8 @@ NOTES = [
     "(batch, what calibration and sizing time) and one query per call in the serving process "
     "(single, Python overhead included).",
     "Timed parts (the wall-time calls, the grid part, sizing) ran holding "
-    "/work/notes/bench.lock (the 1M calibration and sizing also /work/notes/bigmem.lock). "
-    "Until session 5 /work/notes/bench_guard.py paused every process at nice >= 10 while the "
+    "$LOCKS/bench.lock (the 1M calibration and sizing also $LOCKS/bigmem.lock). "
+    "Until session 5 $LOCKS/bench_guard.py paused every process at nice >= 10 while the "
     "lock was held; from session 6 nothing is paused: other helpers' jobs ran at nice 19 "
     "beside the timed runs (load average 8-15 in session 7, in each row). A nice-19 job "
     "takes little CPU from a nice-0 one, so the timed process had most of the two cores.",

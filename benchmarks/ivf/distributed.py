@@ -29,6 +29,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -564,13 +565,13 @@ NOTES = [
 
 
 COMMANDS = """python benchmarks/ivf/distributed.py prepare --n 5000000
-# session 7 (recall, untimed), nice -n 19, --workdir /work/tmp/dask3/bench unless said:
+# session 7 (recall, untimed), nice -n 19, --workdir $WORKDIR/dask3/bench unless said:
 python benchmarks/ivf/distributed.py all --n 1000000 --skip dask1,shards
 # the single process as on main (6ffa3ac), its own workdir, then the search with the same dask index
 python benchmarks/ivf/distributed.py all --n 1000000 --skip dask1,dask2,shards,search
 python benchmarks/ivf/distributed.py all --n 1000000 --skip single,dask1,dask2,shards
 python benchmarks/ivf/distributed.py all --n 5000000 --skip single,dask1,search,shards
-# 5M single process (946db48), holding /work/notes/bigmem.lock, then the search
+# 5M single process (946db48), holding $LOCKS/bigmem.lock, then the search
 python benchmarks/ivf/distributed.py all --n 5000000 --skip dask1,dask2,search,shards
 python benchmarks/ivf/distributed.py all --n 5000000 --skip single,dask1,dask2,shards
 # an earlier session, code 5eb87d1: the shard check
@@ -641,7 +642,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("command", choices=["prepare", "build-dist", "build-single", "all", "report"])
     ap.add_argument("--n", type=int, default=5_000_000)
-    ap.add_argument("--workdir", default="/work/tmp/bbqlib-dask")
+    ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "bbqlib-dask"))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--cap-mb", type=int, default=2048)
     ap.add_argument("--index")

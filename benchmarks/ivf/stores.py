@@ -3,7 +3,7 @@
 Two parts, so that only the timing holds the shared benchmark lock::
 
     python benchmarks/ivf/stores.py build --workdir /tmp/ivfstores   # niced: no lock
-    flock /work/notes/bench.lock python benchmarks/ivf/stores.py time --workdir /tmp/ivfstores
+    flock $LOCKS/bench.lock python benchmarks/ivf/stores.py time --workdir /tmp/ivfstores
 
 ``build`` builds one IVF directory per kind of stored rerank vectors (1-bit BBQ codes, the
 same seed, so the lists and codes are identical and only the rerank rows differ), records the

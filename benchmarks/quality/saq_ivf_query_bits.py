@@ -5,7 +5,7 @@ Debian-minilm-384, first 300 queries, default ``IVFIndex`` (SOAR). Rows: float q
 the float lookup-table scan ("plain") and with the two-pass 4-bit scan (the default), 4-bit
 queries (one 4-bit pass) and 8-bit queries (float tables of the 8-bit query).
 
-    BBQLIB_DATA=/work/shared/data PYTHONPATH=$PWD python benchmarks/quality/saq_ivf_query_bits.py
+    BBQLIB_DATA=../shared/data PYTHONPATH=$PWD python benchmarks/quality/saq_ivf_query_bits.py
 """
 
 from __future__ import annotations

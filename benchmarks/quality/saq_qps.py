@@ -18,7 +18,7 @@ The ``--part qps`` of ``benchmarks/quality/saq.py`` (issue 15's last rows):
    rabitqlib's ``nprobe`` gives; QPS and recall at the same targets.
 
 Timings: builds and recall passes run at the lowest CPU priority; every timing loop holds
-``/work/notes/bench.lock`` (when present) at normal priority, the methods of one table
+``$LOCKS/bench.lock`` (when present) at normal priority, the methods of one table
 interleaved, medians of ``repeats`` rounds.
 """
 
@@ -35,7 +35,8 @@ import numpy as np
 import bbqlib
 from bbqlib.analysis import recall_at_k
 
-BENCH_LOCK = Path("/work/notes/bench.lock")
+#: A lock file shared by the runner's timed benchmarks (``BBQLIB_BENCH_LOCK``; unset: none).
+BENCH_LOCK = Path(os.environ.get("BBQLIB_BENCH_LOCK", "/nonexistent/bench.lock"))
 TARGETS = (0.90, 0.95)
 OVERSAMPLE = (1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 12.0)
 VISITS = (0.5, 1.0, 2.0, 4.0, 8.0)
@@ -388,7 +389,7 @@ def _common_table(rows, cols) -> str:
 NOTES = [
     "QPS: all queries in one `search` call, k = 10, single thread; each table's methods "
     "and settings are timed in interleaved rounds (median of `--repeats`) while holding "
-    "/work/notes/bench.lock; builds and recall passes ran at nice 19 outside the lock.",
+    "$LOCKS/bench.lock; builds and recall passes ran at nice 19 outside the lock.",
     "Targets: the fastest swept setting whose recall@10 reaches 0.90 / 0.95 ('not reached': "
     "no swept setting did). QPS / RaBitQ compares with bbqlib's RaBitQQuantizer at the same "
     "bits and target (its default query bits: 4-bit queries through the AVX2 lookup-table "

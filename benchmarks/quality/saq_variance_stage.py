@@ -8,7 +8,7 @@ cosine ranking is the squared-L2 one), this prints the share of docs whose bound
 true top k / 100 whose own bound exceeds their true ``d²`` (the bound is broken for them, so
 the stage would drop true neighbours). No timing.
 
-    BBQLIB_DATA=/work/shared/data PYTHONPATH=$PWD python benchmarks/quality/saq_variance_stage.py
+    BBQLIB_DATA=../shared/data PYTHONPATH=$PWD python benchmarks/quality/saq_variance_stage.py
 """
 
 from __future__ import annotations

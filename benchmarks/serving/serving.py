@@ -34,7 +34,7 @@ builds and recall sweeps then run niced, and each timing part waits for the lock
 nice 0 while it holds it (the 1M set's IVF builds are kept in ``--workdir`` for later runs)::
 
     nice -n 19 python benchmarks/serving/serving.py --sections latency --no-1m \
-        --lock /work/notes/bench.lock
+        --lock $LOCKS/bench.lock
 
 Results: ``benchmarks/results/serving.md`` (command, date, machine, load average).
 """
