@@ -100,3 +100,42 @@ def test_the_fused_call_is_the_one_that_runs(make_vectors, monkeypatch):
     monkeypatch.setattr(type(flat), "_search_batch", None)  # the batch path must not run
     flat.search(Q[0], 10)
     assert KO.prepare_one.signatures
+
+
+@pytest.mark.parametrize("name", ["int8-per_dim", "saq2"])
+def test_one_query_searches_racing_adds(name, make_vectors):
+    """Threads searching one query at a time through a family's fused kernel while another
+    thread adds (and reuses its batch buffer): every search sees the index before or after an
+    add, its ids are rows that existed, and once the adds end a search equals its batch row."""
+    import threading
+
+    make = dict((f[0], f[1]) for f in FAMILIES)[name]
+    X = make_vectors(2400, 32, kind="clustered", seed=21)
+    index = bbqlib.IVFIndex(make("euclidean"), cluster_size=64)
+    index.add(X[:800])
+    Q = X[:6] + 0.01
+    errors, stop = [], threading.Event()
+
+    def searcher():
+        while not stop.is_set():
+            for i in range(len(Q)):
+                try:
+                    _, ids = index.search(Q[i], 10)
+                    assert ((ids >= -1) & (ids < 2400)).all()
+                except Exception as exc:  # noqa: BLE001 - reported below
+                    errors.append(exc)
+
+    threads = [threading.Thread(target=searcher) for _ in range(2)]
+    for t in threads:
+        t.start()
+    buf = np.empty((400, 32), np.float32)
+    for start in range(800, 2400, 400):
+        buf[:] = X[start : start + 400]  # the caller reuses one buffer for every batch
+        index.add(buf)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:1]
+    batch = index.search(Q, 10)
+    for i in range(len(Q)):
+        _same(index.search(Q[i], 10), (batch[0][i], batch[1][i]))
