@@ -1,8 +1,10 @@
-"""Command line: ``python -m bbqlib demo``, ``eval``, ``calibrate`` and ``ann-benchmarks-plugin``.
+"""Command line: ``python -m bbqlib demo``, ``eval``, ``calibrate``, ``warmup`` and
+``ann-benchmarks-plugin``.
 
 ``demo`` runs on the sample bundled in the package (4,000 Debian package descriptions embedded
 with all-MiniLM-L6-v2, 200 held-out queries); ``eval`` runs the same table on your vectors;
 ``calibrate`` finds the cheapest configuration that meets a recall target on your vectors;
+``warmup`` compiles kernels into the kernel cache ahead of time (``--index``, ``--family``);
 ``ann-benchmarks-plugin HARNESS_DIR`` installs bbqlib into an ann-benchmarks checkout.
 """
 
@@ -24,6 +26,7 @@ from .encoding import get_encoding
 from .formats.vectors import read_vectors
 from .index import FlatIndex
 from .integrations import ann_benchmarks_plugin
+from .runtime.precompile import FAMILIES as PRECOMPILE_FAMILIES
 from .similarity import resolve_similarity
 
 __all__ = ["main", "load_demo_sample", "evaluate", "format_table"]
@@ -271,6 +274,20 @@ def _calibrate(args) -> int:
     return 0 if report.chosen is not None else 1
 
 
+def _warmup(args) -> int:
+    from .runtime.precompile import precompile
+
+    families = None if args.family is None else tuple(args.family)
+    if families is not None and "all" in families:
+        families = "all"
+    report = precompile(
+        args.index, families, args.similarity or "all", mapped=not args.no_mapped,
+        progress=None if args.quiet else (lambda line: print(line, flush=True)),
+    )  # fmt: skip
+    print(report)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="bbqlib",
@@ -339,9 +356,29 @@ def main(argv=None) -> int:
     cal.add_argument("--n", type=_positive_int, help="size RAM and disk for this many vectors")
     cal.add_argument("--seed", type=_int_at_least(0), default=0)
     cal.add_argument("--quiet", action="store_true", help="no progress lines")
+    warm = sub.add_parser(
+        "warmup",
+        help="compile the kernels of chosen indexes into the kernel cache, ahead of time",
+        description="Compile ahead of time, into bbqlib's kernel cache (BBQLIB_CACHE_DIR or the "
+        "per-user default), every kernel the searches of the chosen index kinds and families "
+        "need, in memory and opened from files: for a Dockerfile or CI step, so a fresh "
+        "process loads machine code at its first queries instead of compiling it.",
+    )
+    warm.add_argument("--index", default="all", choices=("flat", "ivf", "all"))
+    warm.add_argument(
+        "--family", default=None, action="append",
+        help="a family configuration (repeatable): " + ", ".join(PRECOMPILE_FAMILIES)
+        + " or all (default: bbq1, the default index's)",
+    )  # fmt: skip
+    warm.add_argument(
+        "--similarity", default=None, action="append", type=_similarity_arg,
+        help="a similarity to cover (repeatable; default: all four)",
+    )  # fmt: skip
+    warm.add_argument("--no-mapped", action="store_true", help="skip indexes opened from files")
+    warm.add_argument("--quiet", action="store_true", help="no progress lines")
     ann_benchmarks_plugin.add_subcommand(sub)
     args = parser.parse_args(argv)
-    commands = {"demo": _demo, "eval": _eval, "calibrate": _calibrate}
+    commands = {"demo": _demo, "eval": _eval, "calibrate": _calibrate, "warmup": _warmup}
     try:
         if hasattr(args, "func"):
             return args.func(args)

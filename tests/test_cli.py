@@ -27,7 +27,9 @@ def test_version(capsys):
     assert code == 0 and out.strip() == f"bbqlib {bbqlib.__version__}"
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["demo", "--help"], ["eval", "--help"]])
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["demo", "--help"], ["eval", "--help"], ["warmup", "--help"]]
+)
 def test_help_is_plain_text(argv, capsys):
     code, out, _ = _run(argv, capsys)
     assert code == 0 and "usage: bbqlib" in out
@@ -128,3 +130,29 @@ def test_demo_prints_cosines(capsys):
         exact = x @ q / (np.linalg.norm(x, axis=1) * np.linalg.norm(q))
         np.testing.assert_allclose(printed, np.round(exact, 3), atol=1.5e-3)
         assert printed == sorted(printed, reverse=True)
+
+
+def test_warmup_command_covers_the_chosen_cases(capsys):
+    # kernels of the default index, from the test session's cache: loads, compiles little
+    rc = cli.main(["warmup", "--index", "flat", "--family", "bbq1", "--similarity", "l2",
+                   "--quiet"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert re.search(r"^bbq1\s+flat\s+\d", out, re.M)
+    assert "kernel cache" in out and "MB after" in out
+
+
+def test_warmup_command_names_unknown_families(capsys):
+    rc = cli.main(["warmup", "--family", "bbq3", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "unknown family ['bbq3']" in err and "int8_per_dim" in err
+
+
+def test_precompile_report_lists_each_case():
+    from bbqlib.runtime.precompile import precompile
+
+    report = precompile("ivf", "bbq1", "cosine", mapped=True)
+    assert set(report.seconds) == {("bbq1", "ivf")}
+    assert report.total_seconds >= report.seconds[("bbq1", "ivf")] > 0
+    assert report.cache_bytes_after >= report.cache_bytes_before >= 0
