@@ -91,19 +91,33 @@ def test_evaluate_rows_say_what_is_stored():
     Q = g.normal(size=(9, 24)).astype(np.float32)
     rows, indexes = cli.evaluate(X, Q, bits=(1, 4), k=5, progress=False, repeats=2)
     assert [r["encoding"] for r in rows] == [
+        "float32, exact (NumPy)",
         "1-bit docs x 4-bit queries",
         "4-bit docs x 4-bit queries",
     ]
-    for row, b in zip(rows, (1, 4), strict=True):
+    exact = rows[0]
+    assert exact["B/vec held"] == exact["B/vec codes"] == 4 * 24
+    assert exact["recall@5 raw"] == "1.000" and exact["held / float32"] == "100%"
+    for row, b in zip(rows[1:], (1, 4), strict=True):
         codes = indexes[b].bytes_per_vector
         assert row["B/vec codes"] == codes
-        assert row["B/vec +floats"] == codes + 4 * 24  # the float32 vectors kept for rerank
+        assert row["B/vec held"] == codes + 4 * 24  # the float32 vectors kept for rerank
+        assert row["held / float32"] == f"{(codes + 4 * 24) / (4 * 24):.0%}"
         assert row["compression"] == f"{4 * 24 / codes:.1f}x"
-        for col in ("QPS raw", "QPS rerank"):
+        for col in ("QPS raw", "QPS rerank", "one query µs"):
             assert float(row[col].replace(",", "")) > 0
         assert 0.0 <= float(row["recall@5 raw"]) <= 1.0
     with pytest.raises(ValueError, match="repeats"):
         cli.evaluate(X, Q, bits=(1,), progress=False, repeats=0)
+
+
+@pytest.mark.parametrize("sim", ["euclidean", "max_inner_product"])
+def test_the_exact_row_is_exact_for_every_similarity(sim):
+    g = np.random.default_rng(3)
+    X = g.normal(size=(300, 16)).astype(np.float32) * g.uniform(0.5, 2, size=(300, 1))
+    Q = g.normal(size=(7, 16)).astype(np.float32)
+    rows, _ = cli.evaluate(X, Q, similarity=sim, bits=(1,), k=5, progress=False, repeats=1)
+    assert rows[0]["recall@5 raw"] == "1.000"
 
 
 def test_median_seconds_takes_the_median(monkeypatch):
@@ -116,7 +130,8 @@ def test_median_seconds_takes_the_median(monkeypatch):
 def test_demo_prints_cosines(capsys):
     code, out, _ = _run(["demo", "--quiet", "--repeats", "1"], capsys)
     assert code == 0
-    assert "B/vec +floats" in out and "median of 1 timed runs" in out
+    assert "B/vec held" in out and "median of 1 timed runs" in out
+    assert "float32, exact (NumPy)" in out
     sample = bbqlib.datasets.load_demo_sample()
     index = bbqlib.FlatIndex(bits=1, similarity="cosine")
     index.add(sample["base"])

@@ -105,6 +105,9 @@ def test_filter_rows_masks_and_ids():
         filter_rows(np.ones(2, bool), r)
     with pytest.raises(TypeError, match="boolean mask or an array of integer ids"):
         filter_rows([1.5], r)
+    # an empty list of ids (NumPy types [] as float64) allows nothing, as an empty id array
+    np.testing.assert_array_equal(filter_rows([], r), [False, False, False])
+    np.testing.assert_array_equal(filter_rows(np.array([], np.int64), r), [False] * 3)
 
 
 # ----------------------------------------------------------------------------- FlatIndex

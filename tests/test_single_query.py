@@ -191,6 +191,20 @@ def test_flat_single_query_equals_batch(similarity, bits, make_vectors):
                 _same(index.search(Q[i : i + 1], k, **kwargs), (batch[0][i], batch[1][i]))
 
 
+@pytest.mark.parametrize("similarity", ["euclidean", "cosine"])
+def test_read_only_queries_take_the_one_query_path(similarity, make_vectors, tmp_path):
+    # queries read from a file map are read-only: answered as writable ones, same results
+    X, Q = _data(similarity, make_vectors, n=700, d=24, seed=4)
+    np.save(tmp_path / "q.npy", Q)
+    Qr = np.load(tmp_path / "q.npy", mmap_mode="r")
+    assert not Qr.flags.writeable
+    for index in (bbqlib.FlatIndex(similarity=similarity), bbqlib.IVFIndex(similarity=similarity)):
+        index.add(X)
+        batch = index.search(Q, 5)
+        for i in range(3):
+            _same(index.search(np.asarray(Qr[i]), 5), (batch[0][i], batch[1][i]))
+
+
 @pytest.mark.parametrize("similarity", SIMILARITIES)
 def test_ivf_single_query_equals_batch(similarity, make_vectors):
     index, X, Q = _ivf(similarity, make_vectors, n=1200, d=32, seed=5)

@@ -208,6 +208,8 @@ def filter_rows(filter, ids: RowIds) -> np.ndarray | None:
         return None
     f = np.asarray(filter)
     n = ids.n
+    if f.size == 0:  # an empty list of ids (NumPy makes [] float64): nothing is allowed
+        return np.zeros(n, dtype=bool)
     if f.dtype == bool:
         if f.shape != (n,):
             raise ValueError(
@@ -216,7 +218,10 @@ def filter_rows(filter, ids: RowIds) -> np.ndarray | None:
             )
         return f
     if f.dtype.kind not in "iu":
-        raise TypeError(f"filter must be a boolean mask or an array of integer ids, got {f.dtype}")
+        raise TypeError(
+            f"filter must be a boolean mask or an array of integer ids (of added vectors), "
+            f"got an array of {f.dtype}"
+        )
     f = f.reshape(-1)
     f = _as_int64(f)
     rows = ids._lookup(f)

@@ -13,15 +13,17 @@ __all__ = ["one_query", "prepared_query", "float_rows", "rerank_finish", "finish
 
 
 def one_query(queries, dim: int) -> np.ndarray | None:
-    """``queries`` as a float32 row [d] (no copy) when it is one C-contiguous float32 query
-    of dimension ``dim``, else None."""
+    """``queries`` as a float32 row [d] when it is one C-contiguous float32 query of
+    dimension ``dim``, else None. No copy, but of a read-only row (a query read from a file
+    map): the kernels are compiled for writable arrays, and a read-only one would compile
+    each of them again."""
     if type(queries) is not np.ndarray or queries.dtype != np.float32:
         return None
     if queries.ndim == 2 and queries.shape[0] == 1:
         queries = queries[0]
     if queries.ndim != 1 or queries.shape[0] != dim or not queries.flags.c_contiguous:
         return None
-    return queries
+    return queries if queries.flags.writeable else queries.copy()
 
 
 def prepared_query(x: np.ndarray, similarity: Similarity) -> np.ndarray | None:

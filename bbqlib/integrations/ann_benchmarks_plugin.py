@@ -366,7 +366,12 @@ def add_subcommand(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "ann-benchmarks-plugin",
         help="install bbqlib as an algorithm into an ann-benchmarks checkout",
-        description=__doc__.split("\n\n")[1],
+        description="Write bbqlib into an ann-benchmarks checkout as one of its algorithms: "
+        "HARNESS_DIR/ann_benchmarks/algorithms/bbqlib/ with module.py (the wrappers), "
+        "config.yml (every definition, angular and euclidean) and a Dockerfile. Then, from "
+        "HARNESS_DIR, 'python run.py --local --dataset glove-100-angular --algorithm "
+        "bbqlib-flat' runs it in the harness's process, or 'python install.py --algorithm "
+        "bbqlib' builds its image for Docker runs.",
     )
     parser.add_argument("harness_dir", metavar="HARNESS_DIR", help="the ann-benchmarks checkout")
     parser.add_argument("--wheel", help="a bbqlib wheel for the Docker image to install")
