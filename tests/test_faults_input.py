@@ -106,3 +106,22 @@ def test_huge_k_is_capped_or_refused_before_allocating(kind):
         index.search(X[:2], 0)
     with pytest.raises(TypeError, match="k"):
         index.search(X[:2], 2.5)
+
+
+def test_files_of_the_wrong_kind_name_the_kind_and_bbqlib_load(tmp_path, make_vectors):
+    X = make_vectors(300, 16, seed=1)
+    flat, ivf = bbqlib.FlatIndex(), bbqlib.IVFIndex()
+    flat.add(X)
+    ivf.add(X)
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "afile").write_bytes(b"")
+    with pytest.raises(IsADirectoryError, match="is a directory, and a flat index is one file"):
+        flat.save(tmp_path / "adir")
+    with pytest.raises(FileExistsError, match="an IVF index is a directory"):
+        ivf.save(tmp_path / "afile")
+    flat_file = flat.save(tmp_path / "flat.bbq")
+    with pytest.raises(NotADirectoryError, match="bbqlib.load"):
+        bbqlib.IVFIndex.open(flat_file)
+    with pytest.raises(IsADirectoryError, match="bbqlib.load"):
+        bbqlib.FlatIndex.load(tmp_path / "adir")
+    assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())  # nothing left behind

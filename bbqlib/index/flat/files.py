@@ -42,6 +42,11 @@ FORMAT_VERSION = 5
 
 def write_flat(index, path) -> Path:
     """Write ``index`` to ``path`` atomically (the caller holds the index's read guard)."""
+    if Path(path).is_dir():
+        raise IsADirectoryError(
+            f"cannot save a flat index to {path}: it is a directory, and a flat index is one "
+            f"file; give a file path (e.g. {Path(path) / 'index.bbq'})"
+        )
     q = index.quantizer
     codes, vectors = index._parts()
     params, q_arrays = q.get_state()
@@ -78,6 +83,11 @@ def write_flat(index, path) -> Path:
 
 def read_flat(cls, path, *, mmap: bool = True, verify: bool = True):
     """Open a flat index file (see :meth:`bbqlib.FlatIndex.load`)."""
+    if Path(path).is_dir():
+        raise IsADirectoryError(
+            f"{path} is a directory, not a flat index file (an IVF index is a directory: "
+            "bbqlib.load(path) opens either kind, IVFIndex.open(path) an IVF index)"
+        )
     clean_orphans(path)
     # The vectors' whole-section CRC is left to their block CRCs (files of format 5 on);
     # older files have none, so their vectors are checked whole here, as before.

@@ -372,6 +372,11 @@ class IVFIndex(GuardedWrites):
                 raise ValueError("save() needs a path: this index has none (pass path=...)")
             path = self.path
         path = Path(path)
+        if path.is_file():
+            raise FileExistsError(
+                f"cannot save an IVF index to {path}: a file is there, and an IVF index is a "
+                "directory; choose another path, or remove the file first"
+            )
         own = self.path is not None and path.resolve() == Path(self.path).resolve()
         if not own:  # the state as of now; adds and searches go on while it is written
             self._save_snapshot(path)
