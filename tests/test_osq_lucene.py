@@ -4,6 +4,8 @@ the ``BBQQuantizer(arithmetic="lucene")`` API. The comparison with the Lucene ja
 
 from __future__ import annotations
 
+import pickle
+
 import numba
 import numpy as np
 import pytest
@@ -11,7 +13,10 @@ from reference import osq_lucene as R
 
 import bbqlib
 from bbqlib._kernels import osq_lucene as K
+from bbqlib.quantizers.osq import arithmetic as arithmetic_module
 from bbqlib.quantizers.osq import lucene as lucene_osq
+from bbqlib.quantizers.osq.arithmetic import ARITHMETICS, arithmetic_codec
+from bbqlib.quantizers.osq.quantizer import Float64Arithmetic
 
 SIMILARITIES = ["euclidean", "dot_product", "cosine", "max_inner_product"]
 LUCENE_BITS = [1, 2, 4, 7]
@@ -369,6 +374,64 @@ def test_params_state_and_files(tmp_path):
     )
     with pytest.raises(ValueError, match="Lucene's encodings"):
         q.with_query_bits(8)
+
+
+def test_the_codec_is_chosen_at_fit_and_restore():
+    """The quantizer holds its arithmetic's codec from the fit or the file on; ``set_params``
+    of another arithmetic discards the fit, codec included."""
+    X = _rows("normal", 200, 24, seed=2)
+    q = bbqlib.BBQQuantizer(bits=4, similarity="euclidean", arithmetic="lucene")
+    assert "arithmetic_" not in vars(q)
+    q.fit(X)
+    assert q.arithmetic_ is lucene_osq.LUCENE
+    assert q.scanner().flat_one(q.encode(X)) is None  # the batch path serves one query
+    assert type(q).from_state(*q.get_state()).arithmetic_ is lucene_osq.LUCENE
+    assert q.with_query_bits(4).arithmetic_ is lucene_osq.LUCENE
+    q.set_params(arithmetic="float64")
+    assert not q.is_fitted and "arithmetic_" not in vars(q)
+    assert q.fit(X).arithmetic_ is arithmetic_codec("float64")
+    assert arithmetic_codec("float64").name == "float64" and ARITHMETICS == ("float64", "lucene")
+
+
+@pytest.mark.parametrize("arithmetic", ["float64", "lucene"])
+def test_pickles_name_no_codec(arithmetic):
+    """A pickle holds the parameter, not the codec (the shape of pickles before codecs); the
+    codec is chosen again on load."""
+    X = _rows("normal", 200, 24, seed=2)
+    q = bbqlib.BBQQuantizer(bits=2, arithmetic=arithmetic).fit(X)
+    data = pickle.dumps(q)
+    assert b"Arithmetic" not in data and b"arithmetic_" not in data
+    back = pickle.loads(data)
+    assert back.arithmetic_ is q.arithmetic_
+    assert bits_equal(back.estimate(X[:3], q.encode(X)), q.estimate(X[:3], q.encode(X)))
+
+
+class _Float64Again(Float64Arithmetic):
+    """A third arithmetic, defined here: the quantizer runs it without knowing its name."""
+
+    name = "float64-again"
+    fingerprint_tag = ("again",)
+
+
+FLOAT64_AGAIN = _Float64Again()
+
+
+def test_a_codec_defined_elsewhere_runs_through_the_quantizer_and_indexes(monkeypatch):
+    monkeypatch.setitem(arithmetic_module._CODECS, "float64-again", (__name__, "FLOAT64_AGAIN"))
+    X = _rows("normal", 300, 24, seed=3)
+    own = bbqlib.BBQQuantizer(bits=2, similarity="euclidean").fit(X)
+    again = bbqlib.BBQQuantizer(bits=2, similarity="euclidean", arithmetic="float64-again")
+    again.fit(X)
+    assert again.arithmetic_ is FLOAT64_AGAIN and again.fingerprint_ != own.fingerprint_
+    index = bbqlib.FlatIndex(again)
+    index.add(X)
+    reference = bbqlib.FlatIndex(own)
+    reference.add(X)
+    for Q in (X[:5], X[7]):
+        np.testing.assert_array_equal(
+            index.search(Q, k=4, rerank=False, scores="raw")[1],
+            reference.search(Q, k=4, rerank=False, scores="raw")[1],
+        )
 
 
 def test_modes_do_not_mix():

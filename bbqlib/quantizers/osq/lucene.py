@@ -21,7 +21,10 @@ no vector incubator module), as ``tests/test_lucene_oracle.py`` runs the jar. On
 encodings (1x4, 2x4, 4x4, 7x7) exist in this mode, without preconditioning, with Lucene's
 ``iters=5`` and ``lam=0.1``. Merged segments (Lucene recombines centroids) are not modelled.
 
-The kernels are :mod:`bbqlib._kernels.osq_lucene`; this module validates, allocates and wraps.
+:class:`LuceneArithmetic` is the codec a quantizer of this arithmetic holds
+(:mod:`bbqlib.quantizers.osq.arithmetic`); its steps are the functions below, which take the
+quantizer first. The kernels are :mod:`bbqlib._kernels.osq_lucene`; this module validates,
+allocates and wraps.
 """
 
 from __future__ import annotations
@@ -38,10 +41,13 @@ from ...layouts.codes import QueryCodes
 from ...packing import pack_planes, plane_words
 from ...similarity import Similarity, resolve_similarity
 from ..encoded import EncodedVectors
+from ..scanner import NoScanner
+from .arithmetic import ARITHMETICS, Arithmetic, arithmetic_codec
 from .math import DEFAULT_ITERS, DEFAULT_LAMBDA
 
 __all__ = [
     "ARITHMETICS",
+    "LuceneArithmetic",
     "LUCENE_ENCODINGS",
     "is_lucene",
     "check_params",
@@ -59,8 +65,6 @@ __all__ = [
     "lucene_doc_bytes",
 ]
 
-#: Values of ``BBQQuantizer(arithmetic=...)``.
-ARITHMETICS = ("float64", "lucene")
 #: (doc bits, query bits) of Lucene 10.5's ``ScalarEncoding`` rows with a bbqlib encoding.
 LUCENE_ENCODINGS = {
     (1, 4): "SINGLE_BIT_QUERY_NIBBLE",
@@ -84,13 +88,7 @@ _SIM_CODE = {
 # ------------------------------------------------------------------------------ parameters
 def is_lucene(q) -> bool:
     """True when ``q.arithmetic == "lucene"``; a ValueError for an unknown value."""
-    arithmetic = getattr(q, "arithmetic", "float64")
-    if arithmetic not in ARITHMETICS:
-        raise ValueError(
-            f"arithmetic must be 'float64' (bbqlib's own, the default) or 'lucene' (bit for bit "
-            f"with Lucene 10.5), got {arithmetic!r}"
-        )
-    return arithmetic == "lucene"
+    return arithmetic_codec(getattr(q, "arithmetic", "float64")) is LUCENE
 
 
 def check_params(q) -> Encoding:
@@ -445,3 +443,48 @@ def search_prepared(q, Qp, enc: EncodedVectors, k: int, *, allowed=None, id_base
     out_raw[:, :width] = np.where(found, raw, np.nan)
     out_ids[:, :width] = np.where(found, ids + id_base, -1)
     return out_raw, out_ids
+
+
+# ------------------------------------------------------------------------------ the codec
+class LuceneArithmetic(Arithmetic):
+    """``arithmetic="lucene"``: the steps above as the quantizer's codec. Its scanner has no
+    one-query kernel: every search runs the float32 scorer of the batch path."""
+
+    name = "lucene"
+    fingerprint_tag = ("lucene",)
+
+    def fit(self, q, X):
+        return fit(q, X)
+
+    def check_params(self, q) -> None:
+        check_params(q)
+
+    def centroid_dot(self, centroid) -> float:
+        return centroid_dot(centroid)
+
+    def encode(self, q, X) -> EncodedVectors:
+        return encode(q, X)
+
+    def validated(self, q, X, name, allow_1d):  # cosine: VectorUtil.l2normalize
+        return validated(q, X, name, allow_1d=allow_1d)
+
+    def query_codes(self, q, Qp) -> QueryCodes:
+        return query_codes(q, Qp)
+
+    def estimate(self, q, Q, enc):
+        return estimate(q, Q, enc)
+
+    def similarity_scores(self, q, Q, enc):
+        return similarity_scores(q, Q, enc)
+
+    def topk_keys(self, q, Qp, enc, k, allowed, id_base):
+        """Ranked by Lucene's float32 score (ties: lower id), keys from its raw values."""
+        raw, ids = search_prepared(q, Qp, enc, k, allowed=allowed, id_base=id_base)
+        return np.where(ids >= 0, q.similarity_.key(raw), -np.inf), ids
+
+    def scanner(self, q):
+        return NoScanner(q)
+
+
+#: The codec of ``arithmetic="lucene"``.
+LUCENE = LuceneArithmetic()

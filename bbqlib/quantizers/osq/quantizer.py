@@ -12,23 +12,10 @@ from ...packing import kernel_codes, pack_codes
 from ..base import Quantizer
 from ..encoded import EncodedVectors
 from ..registry import register_quantizer
+from .arithmetic import Arithmetic, arithmetic_codec
 from .math import DEFAULT_ITERS, DEFAULT_LAMBDA, quantize_pairs, quantize_rows
 
-__all__ = ["BBQQuantizer", "ENCODE_CHUNK_BYTES"]
-
-
-def _lucene_mode(q):
-    """:mod:`.lucene` when ``q.arithmetic == "lucene"``, else None (ValueError if unknown).
-
-    Imported on first use, so that ``import bbqlib`` does not pay for Lucene's float32
-    kernels (``benchmarks/serving/serving.py --sections startup`` times the import).
-    """
-    if getattr(q, "arithmetic", "float64") == "float64":
-        return None
-    from . import lucene as lucene_osq
-
-    return lucene_osq if lucene_osq.is_lucene(q) else None
-
+__all__ = ["BBQQuantizer", "ENCODE_CHUNK_BYTES", "Float64Arithmetic"]
 
 #: float32 bytes of input encoded at a time (bounds encode's temporaries; 16 MiB).
 ENCODE_CHUNK_BYTES = 1 << 24
@@ -70,6 +57,9 @@ class BBQQuantizer(Quantizer):
         centroid Lucene's writer computes.
     encoding_ : Encoding
         Row of the encoding table in use.
+    arithmetic_ : Arithmetic
+        The codec of ``arithmetic`` (:mod:`bbqlib.quantizers.osq.arithmetic`): every step
+        whose numbers depend on the arithmetic goes through it.
 
     Notes
     -----
@@ -119,10 +109,20 @@ class BBQQuantizer(Quantizer):
 
     # -- fitting ----------------------------------------------------------------------------
     def fit(self, X, y=None):
-        """Validate the parameters, fix the centroid (the plain mean) and the transform."""
-        if (lucene := _lucene_mode(self)) is not None:
-            return lucene.fit(self, X)
-        return super().fit(X, y)
+        """Validate the parameters, fix the centroid and the transform (as the arithmetic
+        does: :class:`Float64Arithmetic` takes the plain mean)."""
+        return arithmetic_codec(self.arithmetic).fit(self, X)
+
+    def _set_common(self, encoding, similarity, dim, transform) -> None:
+        # Every fit, every restore and the IVF files of format 1 pass here: the arithmetic's
+        # codec is fixed with the rest of the fit.
+        super()._set_common(encoding, similarity, dim, transform)
+        self.arithmetic_ = arithmetic_codec(self.arithmetic)
+
+    def _codec(self) -> Arithmetic:
+        """The fit's arithmetic codec (NotFittedError before a fit)."""
+        self._check_fitted()
+        return self.arithmetic_
 
     def _fit_transformed(self, X: np.ndarray) -> None:
         """The centroid: the plain mean of the prepared (and transformed) rows."""
@@ -131,63 +131,37 @@ class BBQQuantizer(Quantizer):
     def _set_centroid(self, centroid) -> None:
         self.centroid_ = np.asarray(centroid, dtype=np.float32)
         self.centroid_.flags.writeable = False
-        if (lucene := _lucene_mode(self)) is not None:
-            self.centroid_dot_ = lucene.centroid_dot(self.centroid_)
-        else:
-            self.centroid_dot_ = float(np.dot(self.centroid_.astype(np.float64), self.centroid_))
+        self.centroid_dot_ = self.arithmetic_.centroid_dot(self.centroid_)
 
     def _fingerprint_parts(self) -> tuple:
         enc = self.encoding_
         parts = (enc.doc_bits, self.similarity_.value, self.iters, float(self.lam), self.centroid_)
-        return parts + (("lucene",) if _lucene_mode(self) else ())
+        return parts + self.arithmetic_.fingerprint_tag
 
     def _state(self) -> tuple[dict, dict]:
         return {"lam": float(self.lam)}, {"centroid": np.asarray(self.centroid_)}
 
     def _restore(self, params: dict, arrays: dict) -> None:
-        if (lucene := _lucene_mode(self)) is not None:
-            lucene.check_params(self)
+        self.arithmetic_.check_params(self)
         self._set_centroid(np.array(arrays["centroid"], dtype=np.float32))
 
-    # -- encoding ---------------------------------------------------------------------------
-    def encode(self, X) -> EncodedVectors:
-        """Quantize docs: packed codes and 14 (16 at 7/8 bits) bytes of corrections each.
+    def __getstate__(self):
+        # The codec is chosen again from ``arithmetic`` on load: pickles name no codec class
+        # and keep the shape they had before codecs.
+        state = dict(self.__dict__)
+        state.pop("arithmetic_", None)
+        return state
 
-        Rows are checked whole (errors name the caller's row numbers, and the norms are
-        computed once), then normalized, transformed and quantized ``ENCODE_CHUNK_BYTES`` of
-        float32 at a time, so the temporaries stay small whatever the batch size.
-        """
-        self._check_fitted()
-        if (lucene := _lucene_mode(self)) is not None:
-            return lucene.encode(self, X)
-        X = check_vectors(X, "X", dim=self.dim_)
-        sq = check_similarity_rules(X, self.similarity_, "X")
-        enc = self.encoding_
-        n, d = X.shape
-        codes = np.empty((n, enc.doc_bytes(d)), dtype=np.uint8)
-        corrections = np.empty(n, dtype=enc.corrections_dtype)
-        rows = max(1, ENCODE_CHUNK_BYTES // (4 * d))
-        for start in range(0, n, rows):
-            stop = min(n, start + rows)
-            part_sq = None if sq is None else sq[start:stop]
-            part = self._rotated(apply_similarity(X[start:stop], self.similarity_, part_sq))
-            res = quantize_rows(
-                part,
-                self.centroid_,
-                enc.doc_bits,
-                euclidean=self.similarity_.is_distance,
-                iters=self.iters,
-                lam=self.lam,
-            )
-            codes[start:stop] = pack_codes(res.codes, enc.layout, enc.doc_bits)
-            c = corrections[start:stop]
-            c["lower"] = res.lower
-            c["upper"] = res.upper
-            c["additional"] = res.additional
-            c["component_sum"] = res.component_sum
-        return EncodedVectors(
-            codes, corrections, enc, self.dim_, self.centroid_dot_, self.fingerprint_
-        )
+    def __setstate__(self, state) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("arithmetic", "float64")  # pickled before the parameter
+        if self.is_fitted:
+            self.arithmetic_ = arithmetic_codec(self.arithmetic)
+
+    # -- codes and scores: the arithmetic's ---------------------------------------------------
+    def encode(self, X) -> EncodedVectors:
+        """Quantize docs: packed codes and 14 (16 at 7/8 bits) bytes of corrections each."""
+        return self._codec().encode(self, X)
 
     def _doc_codes(self, enc: EncodedVectors) -> DocCodes:
         c = enc.corrections
@@ -208,32 +182,30 @@ class BBQQuantizer(Quantizer):
         )
 
     def _query_codes(self, Q: np.ndarray) -> QueryCodes:
-        if (lucene := _lucene_mode(self)) is not None:
-            return lucene.query_codes(self, Q)
-        Q = self._rotated(Q)
-        enc = self.encoding_
-        factors = np.empty((len(Q), 4), dtype=np.float64)
-        if enc.query_bits is None:
-            y = Q - self.centroid_
-            factors[:, 0] = 0.0
-            factors[:, 1] = 1.0
-            factors[:, 2] = y.sum(axis=1, dtype=np.float64)
-            factors[:, 3] = self._query_additional(Q, y)
-            return QueryCodes.of(enc, np.ascontiguousarray(y, np.float32), factors)
-        res = quantize_rows(
-            Q,
-            self.centroid_,
-            enc.query_bits,
-            euclidean=self.similarity_.is_distance,
-            iters=self.iters,
-            lam=self.lam,
-        )
-        factors[:, 0] = res.lower
-        factors[:, 1] = (res.upper.astype(np.float64) - res.lower) / (2**enc.query_bits - 1)
-        factors[:, 2] = res.component_sum
-        factors[:, 3] = res.additional
-        packed = pack_codes(res.codes, enc.layout, enc.query_bits)
-        return QueryCodes.of(enc, kernel_codes(packed, enc.layout), factors)
+        return self.arithmetic_.query_codes(self, Q)
+
+    def _validated(self, X, name: str, *, allow_1d: bool = False) -> np.ndarray:
+        return self._codec().validated(self, X, name, allow_1d)
+
+    def estimate(self, Q, enc: EncodedVectors, *, return_bounds: bool = False, eps0=None):
+        if return_bounds:  # no bound in any arithmetic: the base says so
+            return super().estimate(Q, enc, return_bounds=True, eps0=eps0)
+        return self._codec().estimate(self, Q, enc)
+
+    def similarity_scores(self, Q, enc: EncodedVectors) -> np.ndarray:
+        return self._codec().similarity_scores(self, Q, enc)
+
+    def topk_keys(self, Qp, enc: EncodedVectors, k: int, *, allowed=None, id_base: int = 0):
+        return self._codec().topk_keys(self, Qp, enc, k, allowed, id_base)
+
+    def scanner(self):
+        """The arithmetic's scanner: OSQ-coded queries (float residuals for
+        ``query_bits=None``) for bbqlib's own, the batch path for Lucene's."""
+        return self._codec().scanner(self)
+
+    estimate.__doc__ = Quantizer.estimate.__doc__
+    similarity_scores.__doc__ = Quantizer.similarity_scores.__doc__
+    topk_keys.__doc__ = Quantizer.topk_keys.__doc__
 
     # -- codes against list centres (IVF) -----------------------------------------------------
     def encode_pairs(self, W, rows, centres, lists):
@@ -245,14 +217,6 @@ class BBQQuantizer(Quantizer):
             self.lam, planes=enc.doc_planes,
         )  # fmt: skip
         return codes, factors.astype(np.float32)
-
-    def scanner(self):
-        """OSQ-coded queries (float residuals for ``query_bits=None``); none for Lucene's
-        arithmetic, whose float32 scorer the batch path runs."""
-        from ..scanner import NoScanner, OSQScanner
-
-        self._check_fitted()
-        return NoScanner(self) if _lucene_mode(self) is not None else OSQScanner(self)
 
     def query_pairs(self, Qt, centres, pair_query, pair_list, *, lut: bool = False):
         """Queries re-quantized against each pair's centre with one optimizer iteration (as
@@ -267,35 +231,102 @@ class BBQQuantizer(Quantizer):
         )  # fmt: skip
         return (codes.view(np.uint64) if planes else codes), factors
 
-    def _query_additional(self, Q: np.ndarray, y: np.ndarray) -> np.ndarray:
-        if self.similarity_.is_distance:
-            return np.einsum("ij,ij->i", y, y, dtype=np.float64)
-        return Q.astype(np.float64) @ self.centroid_.astype(np.float64)
 
-    # -- arithmetic="lucene": Lucene's float32 scorer (bbqlib.quantizers.osq.lucene) -----------
-    def _validated(self, X, name: str, *, allow_1d: bool = False) -> np.ndarray:
-        if (
-            lucene := _lucene_mode(self)
-        ) is not None:  # cosine: VectorUtil.l2normalize, as Lucene's scorer
-            return lucene.validated(self, X, name, allow_1d=allow_1d)
-        return super()._validated(X, name, allow_1d=allow_1d)
+class Float64Arithmetic(Arithmetic):
+    """bbqlib's own arithmetic (``arithmetic="float64"``, the default): float64 row sums and
+    corrections, the plain mean as centroid, cosine rows normalized in float64; scores by the
+    layout kernels of :class:`~bbqlib.quantizers.base.Quantizer` over ``_doc_codes`` /
+    ``_query_codes``."""
 
-    def estimate(self, Q, enc: EncodedVectors, *, return_bounds: bool = False, eps0=None):
-        if (lucene := _lucene_mode(self)) is not None and not return_bounds:
-            return lucene.estimate(self, Q, enc)
-        return super().estimate(Q, enc, return_bounds=return_bounds, eps0=eps0)
+    name = "float64"
 
-    def similarity_scores(self, Q, enc: EncodedVectors) -> np.ndarray:
-        if (lucene := _lucene_mode(self)) is not None:
-            return lucene.similarity_scores(self, Q, enc)
-        return super().similarity_scores(Q, enc)
+    def fit(self, q, X):
+        return Quantizer.fit(q, X)  # the base's skeleton; BBQ's _fit_transformed: the mean
 
-    def topk_keys(self, Qp, enc: EncodedVectors, k: int, *, allowed=None, id_base: int = 0):
-        if (lucene := _lucene_mode(self)) is not None:  # ranked by Lucene's float32 score
-            raw, ids = lucene.search_prepared(self, Qp, enc, k, allowed=allowed, id_base=id_base)
-            return np.where(ids >= 0, self.similarity_.key(raw), -np.inf), ids
-        return super().topk_keys(Qp, enc, k, allowed=allowed, id_base=id_base)
+    def centroid_dot(self, centroid) -> float:
+        return float(np.dot(centroid.astype(np.float64), centroid))
 
-    estimate.__doc__ = Quantizer.estimate.__doc__
-    similarity_scores.__doc__ = Quantizer.similarity_scores.__doc__
-    topk_keys.__doc__ = Quantizer.topk_keys.__doc__
+    def encode(self, q, X) -> EncodedVectors:
+        """Rows are checked whole (errors name the caller's row numbers, and the norms are
+        computed once), then normalized, transformed and quantized ``ENCODE_CHUNK_BYTES`` of
+        float32 at a time, so the temporaries stay small whatever the batch size."""
+        X = check_vectors(X, "X", dim=q.dim_)
+        sq = check_similarity_rules(X, q.similarity_, "X")
+        enc = q.encoding_
+        n, d = X.shape
+        codes = np.empty((n, enc.doc_bytes(d)), dtype=np.uint8)
+        corrections = np.empty(n, dtype=enc.corrections_dtype)
+        rows = max(1, ENCODE_CHUNK_BYTES // (4 * d))
+        for start in range(0, n, rows):
+            stop = min(n, start + rows)
+            part_sq = None if sq is None else sq[start:stop]
+            part = q._rotated(apply_similarity(X[start:stop], q.similarity_, part_sq))
+            res = quantize_rows(
+                part,
+                q.centroid_,
+                enc.doc_bits,
+                euclidean=q.similarity_.is_distance,
+                iters=q.iters,
+                lam=q.lam,
+            )
+            codes[start:stop] = pack_codes(res.codes, enc.layout, enc.doc_bits)
+            c = corrections[start:stop]
+            c["lower"] = res.lower
+            c["upper"] = res.upper
+            c["additional"] = res.additional
+            c["component_sum"] = res.component_sum
+        return EncodedVectors(codes, corrections, enc, q.dim_, q.centroid_dot_, q.fingerprint_)
+
+    def validated(self, q, X, name, allow_1d):
+        return Quantizer._validated(q, X, name, allow_1d=allow_1d)
+
+    def query_codes(self, q, Qp) -> QueryCodes:
+        Q = q._rotated(Qp)
+        enc = q.encoding_
+        factors = np.empty((len(Q), 4), dtype=np.float64)
+        if enc.query_bits is None:
+            y = Q - q.centroid_
+            factors[:, 0] = 0.0
+            factors[:, 1] = 1.0
+            factors[:, 2] = y.sum(axis=1, dtype=np.float64)
+            factors[:, 3] = _query_additional(q, Q, y)
+            return QueryCodes.of(enc, np.ascontiguousarray(y, np.float32), factors)
+        res = quantize_rows(
+            Q,
+            q.centroid_,
+            enc.query_bits,
+            euclidean=q.similarity_.is_distance,
+            iters=q.iters,
+            lam=q.lam,
+        )
+        factors[:, 0] = res.lower
+        factors[:, 1] = (res.upper.astype(np.float64) - res.lower) / (2**enc.query_bits - 1)
+        factors[:, 2] = res.component_sum
+        factors[:, 3] = res.additional
+        packed = pack_codes(res.codes, enc.layout, enc.query_bits)
+        return QueryCodes.of(enc, kernel_codes(packed, enc.layout), factors)
+
+    def estimate(self, q, Q, enc):
+        return Quantizer.estimate(q, Q, enc)
+
+    def similarity_scores(self, q, Q, enc):
+        return Quantizer.similarity_scores(q, Q, enc)
+
+    def topk_keys(self, q, Qp, enc, k, allowed, id_base):
+        return Quantizer.topk_keys(q, Qp, enc, k, allowed=allowed, id_base=id_base)
+
+    def scanner(self, q):
+        from ..scanner import OSQScanner
+
+        return OSQScanner(q)
+
+
+def _query_additional(q, Q: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Float query rows' ``||y||²`` (euclidean) or ``<q, c>`` in float64."""
+    if q.similarity_.is_distance:
+        return np.einsum("ij,ij->i", y, y, dtype=np.float64)
+    return Q.astype(np.float64) @ q.centroid_.astype(np.float64)
+
+
+#: The default codec (``arithmetic="float64"``).
+FLOAT64 = Float64Arithmetic()
