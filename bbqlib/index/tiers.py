@@ -1,9 +1,12 @@
 """Tiered compilation of the single-query paths (docs/startup.md): one tier per fused
-kernel, which lets its path run once the kernel is compiled or loaded (or the batch path has
-answered single queries for :data:`COMPILE_SINGLE_AFTER` seconds meanwhile)."""
+kernel, which lets its path run once the kernel is compiled or loaded. Until then single
+queries take the batch path, while a child process compiles the kernel into the kernel cache
+(:mod:`bbqlib.index.background`); where no child can, the path compiles in this process
+once the batch path has answered single queries for :data:`COMPILE_SINGLE_AFTER` seconds."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 from .._kernels import single as KO
@@ -33,21 +36,46 @@ class SingleQueryTier:
         self._kernel = kernel
         self._ready = False
         self.batch_seconds = 0.0  # one-query searches answered by the batch path meanwhile
+        self._child = None  # the compiling child process, _NO_CHILD when none can run
+        self._starting = threading.Lock()
 
     def ready(self) -> bool:
         if not self._ready:
+            child = self._child
+            if child is not None and child is not _NO_CHILD:
+                if not child.done():
+                    return False  # its kernels are not all in the cache yet
+                if child.succeeded():
+                    self._ready = True
+                    return True
+                self._child = _NO_CHILD  # failed: compile here, as without a child
             k = self._kernel
             self._ready = (
                 self.batch_seconds >= COMPILE_SINGLE_AFTER or bool(k.signatures) or has_entries(k)
             )
         return self._ready
 
+    def _start_child(self, index) -> None:
+        from . import background
+
+        with self._starting:
+            if self._child is None:
+                self._child = background.start(index) or _NO_CHILD
+
+    def wait_for_child(self, timeout: float | None = None) -> bool:
+        """Wait until the compiling child, if any, has finished; whether it succeeded."""
+        child = self._child
+        return child is not None and child is not _NO_CHILD and child.wait(timeout)
+
     def open(self) -> None:
         """Let the path run (and compile) from now on: ``bbqlib.warmup(index)``."""
         self._ready = True
 
-    def on_batch_path(self, search, queries, dim: int, *args):
-        """``search(queries, *args)``, its time charged to the tier when it is one query."""
+    def on_batch_path(self, search, queries, dim: int, *args, index=None):
+        """``search(queries, *args)``, its time charged to the tier when it is one query;
+        after the first such query of ``index`` the compiling child starts (after, not
+        before: the batch path's kernels, which the fused path shares, are then in the
+        cache, and two processes never write the same kernel's cache entries at once)."""
         if one_query(queries, dim) is None:
             return search(queries, *args)
         t0 = time.perf_counter()
@@ -55,7 +83,12 @@ class SingleQueryTier:
             return search(queries, *args)
         finally:
             self.batch_seconds += time.perf_counter() - t0
+            if self._child is None and index is not None and COMPILE_SINGLE_AFTER > 0:
+                self._start_child(index)
 
+
+#: A tier's child when none can run (no writable cache, no processes, turned off).
+_NO_CHILD = object()
 
 #: The tier of each single-query kernel (:func:`tier_of`).
 _TIERS: dict = {}

@@ -52,7 +52,8 @@ def flat_search(index, queries, *args):
     if one is not None:
         tier = None if one.kernel is None else tier_of(one.kernel)
         if tier is not None and not tier.ready():  # not compiled yet (COMPILE_SINGLE_AFTER)
-            return tier.on_batch_path(index._search_batch, queries, index.quantizer.dim_, *args)
+            return tier.on_batch_path(index._search_batch, queries, index.quantizer.dim_, *args,
+                                      index=index)  # fmt: skip
         result = flat_search_one(index, one, queries, *args)
         if result is not None:
             return result

@@ -155,7 +155,8 @@ def search_one(index, *args):
         if state is not False:
             tier = tier_of(state["kernel"])
             if not tier.ready():  # its kernel not compiled yet
-                return tier.on_batch_path(index._search, args[0], index.quantizer.dim_, *args[1:])
+                return tier.on_batch_path(index._search, args[0], index.quantizer.dim_, *args[1:],
+                                          index=index)  # fmt: skip
             F.check_row_ids(index, whole=False)  # results are mapped through them
             one = ivf_search_one(index, state, *args)
             if one is not None:

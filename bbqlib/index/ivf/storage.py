@@ -453,10 +453,8 @@ def open_generation(directory):
     """
     directory = Path(directory)
     if directory.is_file():
-        raise NotADirectoryError(
-            f"{directory} is a file, not an IVF index directory (a flat index is one file: "
-            "bbqlib.load(path) opens either kind, FlatIndex.load(path) a flat index)"
-        )
+        msg = "a flat index is one file: bbqlib.load(path) opens either kind"
+        raise NotADirectoryError(f"{directory} is a file, not an IVF index directory ({msg})")
     if not directory.is_dir():
         raise FileNotFoundError(f"no IVF index directory at {directory}")
     for attempt in range(_OPEN_RETRIES):
