@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import check_k, check_vectors, owned_rows, prepare_for_similarity
-from ..index.base import index_quantizer
+from .._validation import check_vectors, owned_rows, prepare_for_similarity
+from ..index.base import Index, index_quantizer
 from ..index.ids import RowIds
 from ..quantizers import Quantizer
-from ..search import finish
 from ..search.candidates import score_candidates
-from ..search.finish import check_scores, result_columns
-from ..search.rerank import candidate_count, check_oversample, exact_mode, exact_values, rerank_keys
+from ..search.rerank import check_oversample, exact_mode, exact_values, rerank_keys
 from .records import RecordLayout, make_records
 
 __all__ = ["USearchIndex"]
@@ -44,7 +42,7 @@ def _check_int(value, name: str, low: int) -> int:
     return int(value)
 
 
-class USearchIndex:
+class USearchIndex(Index):
     """HNSW (usearch) over BBQ codes, with asymmetric rescoring and float rerank.
 
     Parameters
@@ -97,6 +95,13 @@ class USearchIndex:
     [0, 1, 2]
     """
 
+    kind = "usearch"
+    pad_default = True  # exactly k columns, as faiss returns them
+    no_vectors_message = (
+        "no float vectors for the rerank (store_vectors=False): call "
+        "attach_vectors(vectors) or search with rerank=False"
+    )
+
     def __init__(
         self,
         bits: int = 1,
@@ -120,7 +125,7 @@ class USearchIndex:
         self.connectivity = _check_int(connectivity, "connectivity", 2)
         self.expansion_add = _check_int(expansion_add, "expansion_add", 1)
         self._expansion_search = _check_int(expansion_search, "expansion_search", 1)
-        self.oversample = oversample
+        self.oversample = None if oversample is None else check_oversample(oversample, 1.0)
         self.store_vectors = bool(store_vectors)
         self.threads = _check_int(threads, "threads", 0)
         self._blocks: list[np.ndarray] = []  # records, kept alive: usearch points into them
@@ -181,11 +186,6 @@ class USearchIndex:
             self._vectors.append(prepare_for_similarity(X, q.similarity_, "X"))
         self._ids = self._ids.appended(new, X.shape[0])
 
-    @property
-    def ids(self) -> np.ndarray:
-        """The id of every vector added, in insertion order (int64 [ntotal])."""
-        return self._ids.array()
-
     def attach_vectors(self, vectors) -> None:
         """Use ``vectors`` [ntotal, d] (e.g. ``np.load(path, mmap_mode="r")``) for the rerank,
         one row per vector in insertion order.
@@ -207,9 +207,6 @@ class USearchIndex:
     @property
     def ntotal(self) -> int:
         return sum(len(b) for b in self._blocks)
-
-    def __len__(self) -> int:
-        return self.ntotal
 
     @property
     def expansion_search(self) -> int:
@@ -296,27 +293,17 @@ class USearchIndex:
         """
         q = self.quantizer
         q._check_fitted()
-        k = check_k(k)
-        check_scores(scores)
-        if rerank not in (True, False):
-            raise ValueError(f"rerank must be True or False, got {rerank!r}")
+        opts = self._search_options(k, oversample, rerank, scores, pad_to_k)
+        rerank = opts.rerank
         Q = q._validated(queries, "queries", allow_1d=True)
         n = self.ntotal
-        columns = result_columns(k, n, len(Q), True if pad_to_k is None else pad_to_k)
-        k = min(k, n)  # usearch and the rerank find at most n; finish pads to ``columns``
+        columns = opts.columns(n, len(Q))
+        k = min(opts.k, n)  # usearch and the rerank find at most n; finish pads to ``columns``
         if n == 0:
-            out, _ = finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), columns,
-                            q.similarity_, scores)  # fmt: skip
-            return out, np.full((len(Q), columns), -1, dtype=np.int64)
+            return self._finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), columns,
+                                opts.scores)  # fmt: skip
         vectors = self._rerank_vectors() if rerank else None
-        if rerank and vectors is None:
-            raise ValueError(
-                "no float vectors for the rerank (store_vectors=False): call "
-                "attach_vectors(vectors) or search with rerank=False"
-            )
-        default = self.oversample if oversample is None else oversample
-        over = check_oversample(default, q.encoding_.default_oversample)
-        depth = candidate_count(k, over, n) if rerank else min(k, n)
+        depth = opts.depth(n)
         count = max(self._expansion_search, depth)
         if candidates is not None:
             count = max(count, _check_int(candidates, "candidates", 1))
@@ -328,8 +315,11 @@ class USearchIndex:
             normalized = self._attached is None  # stored vectors were normalized for cosine
             exact = exact_values(Q, vectors, top, exact_mode(sim, normalized=normalized))
             keys, top = rerank_keys(exact, top, k, sim)
-        out, rows = finish(keys, top, columns, sim, scores)
-        return out, self._ids.of_rows(rows)
+        return self._finish(keys, top, columns, opts.scores)
+
+    def _rerank_ready(self) -> bool:
+        # attached vectors serve too; an empty index searches without reading any
+        return self.ntotal == 0 or self._attached is not None or bool(self._vectors)
 
     def _rerank_vectors(self):
         if self._attached is not None:
