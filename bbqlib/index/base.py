@@ -13,6 +13,7 @@ a quantizer are ignored with a ``FutureWarning`` (they raise from bbqlib 0.4, as
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass
 from typing import ClassVar
@@ -182,6 +183,13 @@ class Index:
     def __len__(self) -> int:
         """Live (not deleted) vectors."""
         return self.ntotal - self.n_deleted
+
+    @contextlib.contextmanager
+    def _exclusive(self):
+        """A write that changes the state in place (the adapters' engines): one write at a
+        time, and no search meanwhile (searches see the index before or after it)."""
+        with self._guard.writing, self._guard.swapping():
+            yield
 
     def __getstate__(self):
         state = dict(self.__dict__)

@@ -18,6 +18,7 @@ from ..quantizers import EncodedVectors, Quantizer
 from ..search.rerank import check_oversample, exact_mode, exact_values, rerank_keys
 from ..search.topk import EMPTY_ID, merge_topk
 from .base import Index, index_quantizer
+from .guard import IndexGuard
 from .ids import RowIds
 
 
@@ -56,6 +57,7 @@ class ListsIndex(Index):
         self._assign = np.empty(0, dtype=np.int64)
         self._list_ptr = np.zeros(1, dtype=np.int64)
         self._vectors: np.ndarray | None = None
+        self._guard = IndexGuard()  # subclasses' add runs under self._exclusive()
 
     # -- to implement ---------------------------------------------------------------------
     def _route(self, Q: np.ndarray, nprobe: int) -> np.ndarray:  # pragma: no cover
@@ -145,8 +147,13 @@ class ListsIndex(Index):
             The ids given to ``add`` (row numbers by default), ``-1`` padding.
 
         ``k`` is checked before anything is allocated: results over half the machine's
-        memory (``k=10**12``, say) raise ``ValueError``.
+        memory (``k=10**12``, say) raise ``ValueError``. Thread-safe, also during an
+        ``add`` (the search sees the index before or after it).
         """
+        with self._guard.reading():
+            return self._search(queries, k, nprobe, oversample, rerank, scores, pad_to_k)
+
+    def _search(self, queries, k, nprobe, oversample, rerank, scores, pad_to_k):
         q = self.quantizer
         q._check_fitted()
         opts = self._search_options(k, oversample, rerank, scores, pad_to_k)

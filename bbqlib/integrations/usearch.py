@@ -17,6 +17,7 @@ import numpy as np
 
 from .._validation import check_vectors, owned_rows, prepare_for_similarity
 from ..index.base import Index, index_quantizer
+from ..index.guard import IndexGuard
 from ..index.ids import RowIds
 from ..quantizers import Quantizer
 from ..search.candidates import score_candidates
@@ -134,6 +135,7 @@ class USearchIndex(Index):
         self._index = None
         self._metric = None
         self._ids = RowIds()  # usearch's keys are rows; the caller's ids are mapped here
+        self._guard = IndexGuard()
 
     # -- building ---------------------------------------------------------------------------
     def _make_index(self):
@@ -163,8 +165,13 @@ class USearchIndex(Index):
 
         ``ids``: int64 >= 0, unique (default: the largest id so far + 1, + 2, ...);
         :meth:`search` returns them (usearch's own keys stay row numbers). The first call
-        fits the quantizer if it is not fitted yet (its centroid stays fixed).
+        fits the quantizer if it is not fitted yet (its centroid stays fixed). Searches
+        running meanwhile see the index before or after this add.
         """
+        with self._exclusive():
+            self._add(X, ids)
+
+    def _add(self, X, ids) -> None:
         q = self.quantizer
         X = owned_rows(check_vectors(X, "X", dim=q.dim_ if q.is_fitted else None), X)
         if self._attached is not None:
@@ -193,6 +200,10 @@ class USearchIndex(Index):
         The array is kept, not copied (do not modify it); for cosine it need not be
         normalized. Replaces vectors stored by :meth:`add`.
         """
+        with self._exclusive():
+            self._attach(vectors)
+
+    def _attach(self, vectors) -> None:
         q = self.quantizer
         q._check_fitted()
         v = vectors if isinstance(vectors, np.ndarray) else np.asarray(vectors)
@@ -289,8 +300,13 @@ class USearchIndex(Index):
             The ids given to :meth:`add`, ``-1`` padding.
 
         ``k`` is checked before anything is allocated: results over half the machine's
-        memory (``k=10**12``, say) raise ``ValueError``.
+        memory (``k=10**12``, say) raise ``ValueError``. Thread-safe, also during an
+        :meth:`add` (the search sees the index before or after it).
         """
+        with self._guard.reading():
+            return self._search(queries, k, oversample, rerank, candidates, scores, pad_to_k)
+
+    def _search(self, queries, k, oversample, rerank, candidates, scores, pad_to_k):
         q = self.quantizer
         q._check_fitted()
         opts = self._search_options(k, oversample, rerank, scores, pad_to_k)
