@@ -176,6 +176,17 @@ class Index:
     def n_deleted(self) -> int:
         return 0 if self._deleted is None else int(self._deleted.sum())
 
+    def _tombstones_after(self, ids) -> np.ndarray | None:
+        """The tombstones (a new bool [ntotal]) once ``ids`` are deleted, or None when
+        ``ids`` is empty. ``ValueError`` naming ids not in the index or deleted already
+        (:meth:`~bbqlib.index.ids.RowIds.rows_of`); nothing is changed here."""
+        rows = self._ids.rows_of(ids, self._deleted)
+        if rows.size == 0:
+            return None
+        deleted = np.zeros(self.ntotal, bool) if self._deleted is None else self._deleted.copy()
+        deleted[rows] = True
+        return deleted
+
     @property
     def ntotal(self) -> int:  # pragma: no cover - every index defines it
         raise NotImplementedError

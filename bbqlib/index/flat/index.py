@@ -167,9 +167,9 @@ class FlatIndex(Index):
         with self._guard.writing:
             if self.ntotal == 0:
                 raise ValueError("this FlatIndex is empty; there is nothing to delete")
-            rows = self._ids.rows_of(ids, self._deleted)
-            deleted = np.zeros(self.ntotal, bool) if self._deleted is None else self._deleted.copy()
-            deleted[rows] = True
+            deleted = self._tombstones_after(ids)
+            if deleted is None:
+                return
             with self._guard.swapping():  # a search sees the tombstones before or after
                 self._deleted = deleted
 

@@ -186,9 +186,10 @@ class IVFIndex(GuardedWrites, Index):
         return self._ntotal if self._fitted else 0
 
     @property
-    def ids(self) -> np.ndarray:
-        """The id of every vector added, in insertion order (int64 [ntotal])."""
-        return self._row_ids.array()
+    def _ids(self) -> RowIds:
+        """The caller's ids (:class:`~bbqlib.index.ids.RowIds`) as :class:`Index` reads
+        them (``ids``, ``_finish``, tombstones); stored as ``_row_ids`` (files, pickles)."""
+        return self._row_ids
 
     @property
     def n_deleted(self) -> int:
@@ -338,9 +339,6 @@ class IVFIndex(GuardedWrites, Index):
                 pad_to_k=None):  # fmt: skip
         return S.search_batch(self, queries, k, visit_percentage, oversample, rerank, filter,
                               scores, pad_to_k)  # fmt: skip
-
-    def _finish(self, keys, rows, k, scores):
-        return S.finish_rows(self, keys, rows, k, scores)
 
     def warmup_tiers(self) -> tuple:
         """The tiers of the single-query kernels this index runs (``bbqlib.warmup``)."""
