@@ -254,3 +254,43 @@ def test_the_fast_options_cache_stays_bounded(flat):
     for k in range(1, B._FAST_SIZE + 10):
         assert flat._fast_options(k, None, None, "raw", True) is not None
     assert len(B._FAST) <= B._FAST_SIZE
+
+
+@pytest.mark.parametrize("engine", ["faiss", "usearch"])
+def test_adapter_searches_wait_for_an_add(monkeypatch, X, engine):
+    """The adapters take the index guard: a search during an add sees it before or after."""
+    import threading
+
+    pytest.importorskip(engine)
+    if engine == "faiss":
+        from bbqlib.integrations.faiss import FaissIVFIndex as cls
+
+        index = cls(nlist=4, nprobe=4, bits=1, similarity="euclidean")
+        slow = "_store"
+    else:
+        from bbqlib.integrations.usearch import USearchIndex as cls
+
+        index = cls(bits=1, similarity="euclidean")
+        slow = "_add"
+    index.add(X[:200])
+    entered, release = threading.Event(), threading.Event()
+    original = getattr(cls, slow)
+
+    def held(self, *args):
+        entered.set()
+        release.wait(10)
+        return original(self, *args)
+
+    monkeypatch.setattr(cls, slow, held)
+    writer = threading.Thread(target=index.add, args=(X[200:],))
+    writer.start()
+    assert entered.wait(10)
+    found = []
+    reader = threading.Thread(target=lambda: found.append(index.search(X[:1], k=3)))
+    reader.start()
+    reader.join(0.3)
+    assert not found  # waits for the add
+    release.set()
+    writer.join(10)
+    reader.join(10)
+    assert len(found) == 1 and index.ntotal == len(X)
