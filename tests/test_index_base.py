@@ -294,3 +294,29 @@ def test_adapter_searches_wait_for_an_add(monkeypatch, X, engine):
     writer.join(10)
     reader.join(10)
     assert len(found) == 1 and index.ntotal == len(X)
+
+
+def test_the_last_call_s_options_serve_the_next_identical_call(X):
+    index = bbqlib.FlatIndex(bits=1)
+    index.add(X[:50])
+    first = index._fast_options(4, None, None, "raw", None)
+    assert index._fast_last[-1] is first
+    assert index._fast_options(4, None, None, "raw", None) is first
+    index.oversample = 6.0  # the index's defaults are part of the call
+    assert index._fast_options(4, None, None, "raw", None).oversample == 6.0
+    index.store_vectors = False
+    assert index._fast_options(4, None, None, "raw", None).rerank is False
+    assert index._fast_options(4, None, True, "raw", None) is None  # no vectors: batch raises
+    assert "_fast_last" not in index.__getstate__()
+
+
+def test_usearch_rerank_none_follows_attached_vectors(X):
+    pytest.importorskip("usearch")
+    from bbqlib.integrations.usearch import USearchIndex
+
+    index = USearchIndex(bits=1, similarity="euclidean", store_vectors=False)
+    index.add(X)
+    assert index._search_options(3, None, None, "raw", None).rerank is False
+    index.attach_vectors(X)
+    assert index._search_options(3, None, None, "raw", None).rerank is True
+    np.testing.assert_array_equal(index.search(X[:2], k=3, rerank=None)[1][:, 0], [0, 1])

@@ -134,7 +134,7 @@ class Index:
     file_kind: ClassVar[str | None] = None
     #: Saved as a directory (:func:`bbqlib.load` opens a directory with it).
     directory: ClassVar[bool] = False
-    #: Accepted ``rerank`` values (None means the index's default: whether it keeps vectors).
+    #: Accepted ``rerank`` values (None means the index's default: :meth:`_rerank_ready`).
     rerank_modes: ClassVar[tuple] = (True, False)
     #: ``pad_to_k=None`` means this (None: min(k, ntotal) columns, warning when k > ntotal).
     pad_default: ClassVar[bool | None] = None
@@ -146,6 +146,8 @@ class Index:
     _DERIVED: ClassVar[tuple[str, ...]] = ()
     #: bool [ntotal] once something is deleted (indexes that never delete keep None).
     _deleted: np.ndarray | None = None
+    #: The last call of :meth:`_fast_options` and its options (None: none yet).
+    _fast_last: tuple | None = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -225,8 +227,8 @@ class Index:
         and resolved against the index's defaults."""
         k = check_k(k)
         check_scores(scores)
-        if rerank is None:
-            rerank = bool(self.store_vectors)
+        if rerank is None:  # the index's default: when it has vectors to read
+            rerank = self._rerank_ready()
         if rerank not in self.rerank_modes:
             raise ValueError(f"rerank must be {_modes_text(self.rerank_modes)}, got {rerank!r}")
         if rerank is not False and rerank != "bound" and not self._rerank_ready():
@@ -246,6 +248,13 @@ class Index:
         """:meth:`_search_options` for the one-query paths: kept per distinct call (an
         application repeats the same few), None where the checks fail (the batch path then
         raises) or the rerank is not plain True / False."""
+        last = self._fast_last  # the same objects as the last call: its options (no hashing)
+        if (
+            last is not None and last[0] is k and last[1] is oversample and last[2] is rerank
+            and last[3] is scores and last[4] is pad_to_k and last[5] is self.store_vectors
+            and last[6] is self.oversample and last[7] is self.quantizer
+        ):  # fmt: skip
+            return last[8]
         # everything the checks read: the arguments with their types (1 == True == 1.0), and
         # the index's defaults (``_rerank_ready`` follows ``store_vectors`` on these paths)
         key = (type(self), k, type(k), oversample, type(oversample), rerank, type(rerank), scores,
@@ -265,6 +274,8 @@ class Index:
             if len(_FAST) >= _FAST_SIZE:
                 _FAST.clear()
             _FAST[key] = opts
+        self._fast_last = (k, oversample, rerank, scores, pad_to_k, self.store_vectors,
+                           self.oversample, self.quantizer, opts)  # fmt: skip
         return opts
 
     def _finish(self, keys, rows, k: int, scores: str):

@@ -127,8 +127,9 @@ class ListsIndex(Index):
             Lists visited per query (default: the constructor's).
         oversample : float >= 1, optional
             Candidates kept for the float rerank: ``ceil(k · oversample)``.
-        rerank : bool
-            Rerank on the float vectors (needs ``store_vectors=True``).
+        rerank : bool, default True
+            Rerank on the float vectors (needs ``store_vectors=True``); ``None``: when the
+            index keeps them.
         scores : {"raw", "similarity"}
             As :meth:`bbqlib.FlatIndex.search`: raw cosine / inner product / squared L2 by
             default, Lucene's mapping with ``"similarity"``.

@@ -278,8 +278,9 @@ class USearchIndex(Index):
         k : int
         oversample : float >= 1, optional
             Overrides the constructor's ``oversample`` for this call.
-        rerank : bool
+        rerank : bool, default True
             True: rerank on float vectors (exact scores). False: the asymmetric estimates.
+            ``None``: when the index has float vectors to read.
         candidates : int, optional
             usearch neighbours to rescore (at least ``expansion_search`` and ``k'``).
         scores : {"raw", "similarity"}

@@ -78,7 +78,7 @@ class FlatIndex(Index):
     kind = "flat"
     file_kind = "flat_index"
     rerank_modes = (True, False, "bound")
-    _DERIVED = ("_single_mask",)  # the one-query path's live mask: made again on use
+    _DERIVED = ("_single_mask", "_fast_last")  # the one-query path's: made again on use
 
     def __init__(
         self,
