@@ -2,7 +2,9 @@
 
 :func:`load` (``bbqlib.load``) opens a flat file or an IVF directory by what its header says it
 holds; :func:`repair` (``bbqlib.repair``) removes what killed writers left at an index path
-and says what it did (:class:`RepairReport`).
+and says what it did (:class:`RepairReport`). Both find the index class in the registry
+:data:`bbqlib.index.base.INDEX_KINDS` (a file by its container kind, a directory by the
+class saved as one), and call its hooks (``open``, ``check_saved``, ``remove_leftovers``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ..formats.vectors import SUPPORTED_SUFFIXES, read_vectors
 from ..storage.atomic import file_lock_path, path_lock, remove_temp_files
 from ..storage.container import CorruptFileError, read_container, read_kind
 from ..storage.locks import LockError, LockTimeoutError, lock_holder
+from .base import INDEX_KINDS, Index
 
 __all__ = ["RepairReport", "load", "repair"]
 
@@ -126,13 +129,12 @@ def repair(path, *, verify: bool = True, wait: float = 0.0) -> RepairReport:
             report.kind = "vectors"
             read_vectors(path, mmap=True)
         else:
-            kind = read_kind(path)
-            report.kind = "flat" if kind == "flat_index" else "container"
-            if kind == "flat_index":
-                from .flat.index import FlatIndex
-
-                FlatIndex.load(path, verify=verify)
+            cls = _file_class(read_kind(path))
+            if cls is not None:
+                report.kind = cls.kind
+                cls.check_saved(path, verify=verify)
             else:
+                report.kind = "container"
                 read_container(path, verify=verify)
     except CorruptFileError as err:
         report.status, report.problem = "corrupt", str(err)
@@ -162,25 +164,39 @@ def _settled(report: RepairReport) -> RepairReport:
     return report
 
 
-def _repair_directory(path: Path, verify: bool, wait: float) -> RepairReport:
-    from .ivf import IVFIndex
-    from .ivf import storage as ST
+def _file_class(kind: str) -> type[Index] | None:
+    """The index class saving files of container kind ``kind`` (None: not an index's)."""
+    for cls in INDEX_KINDS.values():
+        if cls.file_kind is not None and cls.file_kind == kind:
+            return cls
+    return None
 
-    report = RepairReport(path, "ivf")
-    lock = ST.dir_lock_path(path)
+
+def _directory_class(path: Path) -> type[Index]:
+    """The index class saved as a directory that holds ``path`` (the first such class when
+    none holds it: its ``open`` says what is missing)."""
+    classes = [cls for cls in INDEX_KINDS.values() if cls.directory]
+    for cls in classes:
+        if cls.holds_saved(path):
+            return cls
+    return classes[0]
+
+
+def _repair_directory(path: Path, verify: bool, wait: float) -> RepairReport:
+    cls = _directory_class(path)
+    report = RepairReport(path, cls.kind)
+    lock = cls.saved_lock_path(path)
     with _lock_outcome(report, lock):
-        removed = ST.clean_directory(path, blocking=wait > 0, timeout=wait)
+        removed = cls.remove_leftovers(path, blocking=wait > 0, timeout=wait)
         report.removed = removed or []
         if removed is None:
             report.busy, report.holder = True, lock_holder(lock)
-    if not (path / ST.MANIFEST).exists():
+    if not cls.holds_saved(path):
         report.status = "busy" if report.busy else "missing"
         return report
     lock_problem, report.problem = report.problem, None
     try:
-        index = IVFIndex.open(path)
-        if verify:
-            index.verify()
+        cls.check_saved(path, verify=verify)
     except CorruptFileError as err:
         report.status, report.problem = "corrupt", str(err)
     report.problem = report.problem or lock_problem
@@ -188,15 +204,13 @@ def _repair_directory(path: Path, verify: bool, wait: float) -> RepairReport:
 
 
 def load(path, **kwargs):
-    """Open a saved index (flat file or IVF directory), dispatching on its header."""
+    """Open a saved index (flat file or IVF directory), dispatching on its header: the
+    index class registered for its container kind, or the one saved as a directory."""
     path = Path(path)
     if path.is_dir():
-        from .ivf import IVFIndex
-
-        return IVFIndex.open(path, **kwargs)
+        return _directory_class(path).open(path, **kwargs)
     kind = read_kind(path)
-    if kind == "flat_index":
-        from .flat.index import FlatIndex
-
-        return FlatIndex.load(path, **kwargs)
+    cls = _file_class(kind)
+    if cls is not None:
+        return cls.open(path, **kwargs)
     raise ValueError(f"{path} holds a {kind!r}, which bbqlib.load cannot open")

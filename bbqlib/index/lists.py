@@ -12,14 +12,13 @@ from __future__ import annotations
 import numpy as np
 
 from .._params import check_int
-from .._validation import check_k, check_vectors, owned_rows, prepare_for_similarity
+from .._validation import check_vectors, owned_rows, prepare_for_similarity
 from ..layouts.lists import scan_lists_of_codes
 from ..quantizers import EncodedVectors, Quantizer
-from ..search import finish
-from ..search.finish import check_scores, result_columns
-from ..search.rerank import candidate_count, check_oversample, exact_mode, exact_values, rerank_keys
+from ..search.rerank import check_oversample, exact_mode, exact_values, rerank_keys
 from ..search.topk import EMPTY_ID, merge_topk
-from .base import index_quantizer
+from .base import Index, index_quantizer
+from .guard import IndexGuard
 from .ids import RowIds
 
 
@@ -35,7 +34,7 @@ def make_quantizer(quantizer, bits, query_bits, similarity, precondition, seed) 
                            similarity=similarity, precondition=precondition, **extra)  # fmt: skip
 
 
-class ListsIndex:
+class ListsIndex(Index):
     """Codes grouped by list; subclasses provide ``_route(Q, nprobe)`` and the lists.
 
     State after :meth:`_store`: ``_codes`` (EncodedVectors in list order), ``_rows``
@@ -44,10 +43,13 @@ class ListsIndex:
     insertion order, or None), ``_ids`` (the caller's id of each row, :class:`RowIds`).
     """
 
+    kind = "lists"
+    pad_default = True  # exactly k columns, as faiss returns them
+
     def __init__(self, quantizer: Quantizer, nprobe: int, oversample, store_vectors: bool):
         self.quantizer = quantizer
         self.nprobe = check_positive_int(nprobe, "nprobe")
-        self.oversample = oversample
+        self.oversample = None if oversample is None else check_oversample(oversample, 1.0)
         self.store_vectors = bool(store_vectors)
         self._codes: EncodedVectors | None = None
         self._rows = np.empty(0, dtype=np.int64)
@@ -55,6 +57,7 @@ class ListsIndex:
         self._assign = np.empty(0, dtype=np.int64)
         self._list_ptr = np.zeros(1, dtype=np.int64)
         self._vectors: np.ndarray | None = None
+        self._guard = IndexGuard()  # subclasses' add runs under self._exclusive()
 
     # -- to implement ---------------------------------------------------------------------
     def _route(self, Q: np.ndarray, nprobe: int) -> np.ndarray:  # pragma: no cover
@@ -65,9 +68,6 @@ class ListsIndex:
     @property
     def ntotal(self) -> int:
         return 0 if self._codes is None else len(self._codes)
-
-    def __len__(self) -> int:
-        return self.ntotal
 
     @property
     def nlist(self) -> int:
@@ -86,11 +86,6 @@ class ListsIndex:
         if not q.is_fitted:
             q.fit(X)
         return X, new
-
-    @property
-    def ids(self) -> np.ndarray:
-        """The id of every vector added, in insertion order (int64 [ntotal])."""
-        return self._ids.array()
 
     def _store(self, X: np.ndarray, assign: np.ndarray, nlist: int, new_ids=None) -> None:
         """Append encoded ``X`` with list ``assign`` of each row; regroup rows by list.
@@ -132,8 +127,9 @@ class ListsIndex:
             Lists visited per query (default: the constructor's).
         oversample : float >= 1, optional
             Candidates kept for the float rerank: ``ceil(k · oversample)``.
-        rerank : bool
-            Rerank on the float vectors (needs ``store_vectors=True``).
+        rerank : bool, default True
+            Rerank on the float vectors (needs ``store_vectors=True``); ``None``: when the
+            index keeps them.
         scores : {"raw", "similarity"}
             As :meth:`bbqlib.FlatIndex.search`: raw cosine / inner product / squared L2 by
             default, Lucene's mapping with ``"similarity"``.
@@ -152,42 +148,31 @@ class ListsIndex:
             The ids given to ``add`` (row numbers by default), ``-1`` padding.
 
         ``k`` is checked before anything is allocated: results over half the machine's
-        memory (``k=10**12``, say) raise ``ValueError``.
+        memory (``k=10**12``, say) raise ``ValueError``. Thread-safe, also during an
+        ``add`` (the search sees the index before or after it).
         """
+        with self._guard.reading():
+            return self._search(queries, k, nprobe, oversample, rerank, scores, pad_to_k)
+
+    def _search(self, queries, k, nprobe, oversample, rerank, scores, pad_to_k):
         q = self.quantizer
         q._check_fitted()
-        k = check_k(k)
-        check_scores(scores)
-        if rerank not in (True, False):
-            raise ValueError(f"rerank must be True or False, got {rerank!r}")
-        if rerank and self._vectors is None:
-            raise ValueError(
-                "this index keeps no float vectors (store_vectors=False); search with rerank=False"
-            )
+        opts = self._search_options(k, oversample, rerank, scores, pad_to_k)
         nprobe = self.nprobe if nprobe is None else check_positive_int(nprobe, "nprobe")
         Q = q._validated(queries, "queries", allow_1d=True)
         n = self.ntotal
-        columns = result_columns(k, n, len(Q), True if pad_to_k is None else pad_to_k)
-        k = min(k, n)  # the scan and rerank find at most n; finish pads to ``columns``
+        columns = opts.columns(n, len(Q))
+        k = min(opts.k, n)  # the scan and rerank find at most n; finish pads to ``columns``
         sim = q.similarity_
         if n == 0:
             empty = np.empty((len(Q), 0))
-            return self._finish(empty, np.empty((len(Q), 0), np.int64), columns, scores)
-        over = check_oversample(
-            self.oversample if oversample is None else oversample,
-            q.encoding_.default_oversample,
-        )
-        depth = candidate_count(k, over, n) if rerank else min(k, n)
+            return self._finish(empty, np.empty((len(Q), 0), np.int64), columns, opts.scores)
         probes = np.ascontiguousarray(self._route(Q, min(nprobe, self.nlist)), dtype=np.int64)
-        keys, rows = self._scan(Q, probes, depth)
-        if rerank:
+        keys, rows = self._scan(Q, probes, opts.depth(n))
+        if opts.rerank:
             raw = exact_values(Q, self._vectors, rows, exact_mode(sim))
             keys, rows = rerank_keys(raw, rows, k, sim)
-        return self._finish(keys, rows, columns, scores)
-
-    def _finish(self, keys, rows, k, scores):
-        out, rows = finish(keys, rows, k, self.quantizer.similarity_, scores)
-        return out, self._ids.of_rows(rows)
+        return self._finish(keys, rows, columns, opts.scores)
 
     def _scan(self, Q: np.ndarray, probes: np.ndarray, depth: int):
         """Best ``depth`` per query over the probed lists: keys (``-d²`` or ip), rows."""

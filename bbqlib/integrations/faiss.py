@@ -125,17 +125,18 @@ class FaissIVFIndex(ListsIndex):
         ``ids``: int64 >= 0, unique (default: the largest id so far + 1, + 2, ...);
         :meth:`search` returns them.
         """
-        X, new = self._prepare_add(X, ids)
-        Xp = prepare_for_similarity(X, self.quantizer.similarity_, "X")
-        if self.coarse is None:
-            self.coarse = self._train_coarse(Xp)
-        if self.coarse.d != Xp.shape[1]:
-            raise ValueError(
-                f"coarse has dimension {self.coarse.d} but X has {Xp.shape[1]}; pass a coarse "
-                "quantizer trained on these vectors"
-            )
-        _, assign = self.coarse.search(Xp, 1)
-        self._store(X, assign[:, 0], self.coarse.ntotal, new)
+        with self._exclusive():  # searches see the index before or after this add
+            X, new = self._prepare_add(X, ids)
+            Xp = prepare_for_similarity(X, self.quantizer.similarity_, "X")
+            if self.coarse is None:
+                self.coarse = self._train_coarse(Xp)
+            if self.coarse.d != Xp.shape[1]:
+                raise ValueError(
+                    f"coarse has dimension {self.coarse.d} but X has {Xp.shape[1]}; pass a "
+                    "coarse quantizer trained on these vectors"
+                )
+            _, assign = self.coarse.search(Xp, 1)
+            self._store(X, assign[:, 0], self.coarse.ntotal, new)
 
     def _route(self, Q: np.ndarray, nprobe: int) -> np.ndarray:
         _, lists = self.coarse.search(check_vectors(Q, "queries"), nprobe)

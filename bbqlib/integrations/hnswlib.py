@@ -129,13 +129,14 @@ class HnswlibIVFIndex(ListsIndex):
         ``ids``: int64 >= 0, unique (default: the largest id so far + 1, + 2, ...);
         :meth:`search` returns them.
         """
-        X, new = self._prepare_add(X, ids)
-        Xp = prepare_for_similarity(X, self.quantizer.similarity_, "X")
-        if self.graph is None:
-            self._build_graph(Xp)
-        self.graph.set_ef(max(self.ef, 1))
-        labels, _ = self.graph.knn_query(Xp, k=1, num_threads=self.threads)
-        self._store(X, labels[:, 0], len(self.centroids), new)
+        with self._exclusive():  # searches see the index before or after this add
+            X, new = self._prepare_add(X, ids)
+            Xp = prepare_for_similarity(X, self.quantizer.similarity_, "X")
+            if self.graph is None:
+                self._build_graph(Xp)
+            self.graph.set_ef(max(self.ef, 1))
+            labels, _ = self.graph.knn_query(Xp, k=1, num_threads=self.threads)
+            self._store(X, labels[:, 0], len(self.centroids), new)
 
     def _route(self, Q: np.ndarray, nprobe: int) -> np.ndarray:
         self.graph.set_ef(max(self.ef, nprobe))

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import check_k, check_vectors, owned_rows, prepare_for_similarity
-from ..index.base import index_quantizer
+from .._validation import check_vectors, owned_rows, prepare_for_similarity
+from ..index.base import Index, index_quantizer
+from ..index.guard import IndexGuard
 from ..index.ids import RowIds
 from ..quantizers import Quantizer
-from ..search import finish
 from ..search.candidates import score_candidates
-from ..search.finish import check_scores, result_columns
-from ..search.rerank import candidate_count, check_oversample, exact_mode, exact_values, rerank_keys
+from ..search.rerank import check_oversample, exact_mode, exact_values, rerank_keys
 from .records import RecordLayout, make_records
 
 __all__ = ["USearchIndex"]
@@ -44,7 +43,7 @@ def _check_int(value, name: str, low: int) -> int:
     return int(value)
 
 
-class USearchIndex:
+class USearchIndex(Index):
     """HNSW (usearch) over BBQ codes, with asymmetric rescoring and float rerank.
 
     Parameters
@@ -97,6 +96,13 @@ class USearchIndex:
     [0, 1, 2]
     """
 
+    kind = "usearch"
+    pad_default = True  # exactly k columns, as faiss returns them
+    no_vectors_message = (
+        "no float vectors for the rerank (store_vectors=False): call "
+        "attach_vectors(vectors) or search with rerank=False"
+    )
+
     def __init__(
         self,
         bits: int = 1,
@@ -120,7 +126,7 @@ class USearchIndex:
         self.connectivity = _check_int(connectivity, "connectivity", 2)
         self.expansion_add = _check_int(expansion_add, "expansion_add", 1)
         self._expansion_search = _check_int(expansion_search, "expansion_search", 1)
-        self.oversample = oversample
+        self.oversample = None if oversample is None else check_oversample(oversample, 1.0)
         self.store_vectors = bool(store_vectors)
         self.threads = _check_int(threads, "threads", 0)
         self._blocks: list[np.ndarray] = []  # records, kept alive: usearch points into them
@@ -129,6 +135,7 @@ class USearchIndex:
         self._index = None
         self._metric = None
         self._ids = RowIds()  # usearch's keys are rows; the caller's ids are mapped here
+        self._guard = IndexGuard()
 
     # -- building ---------------------------------------------------------------------------
     def _make_index(self):
@@ -158,8 +165,13 @@ class USearchIndex:
 
         ``ids``: int64 >= 0, unique (default: the largest id so far + 1, + 2, ...);
         :meth:`search` returns them (usearch's own keys stay row numbers). The first call
-        fits the quantizer if it is not fitted yet (its centroid stays fixed).
+        fits the quantizer if it is not fitted yet (its centroid stays fixed). Searches
+        running meanwhile see the index before or after this add.
         """
+        with self._exclusive():
+            self._add(X, ids)
+
+    def _add(self, X, ids) -> None:
         q = self.quantizer
         X = owned_rows(check_vectors(X, "X", dim=q.dim_ if q.is_fitted else None), X)
         if self._attached is not None:
@@ -181,11 +193,6 @@ class USearchIndex:
             self._vectors.append(prepare_for_similarity(X, q.similarity_, "X"))
         self._ids = self._ids.appended(new, X.shape[0])
 
-    @property
-    def ids(self) -> np.ndarray:
-        """The id of every vector added, in insertion order (int64 [ntotal])."""
-        return self._ids.array()
-
     def attach_vectors(self, vectors) -> None:
         """Use ``vectors`` [ntotal, d] (e.g. ``np.load(path, mmap_mode="r")``) for the rerank,
         one row per vector in insertion order.
@@ -193,6 +200,10 @@ class USearchIndex:
         The array is kept, not copied (do not modify it); for cosine it need not be
         normalized. Replaces vectors stored by :meth:`add`.
         """
+        with self._exclusive():
+            self._attach(vectors)
+
+    def _attach(self, vectors) -> None:
         q = self.quantizer
         q._check_fitted()
         v = vectors if isinstance(vectors, np.ndarray) else np.asarray(vectors)
@@ -207,9 +218,6 @@ class USearchIndex:
     @property
     def ntotal(self) -> int:
         return sum(len(b) for b in self._blocks)
-
-    def __len__(self) -> int:
-        return self.ntotal
 
     @property
     def expansion_search(self) -> int:
@@ -270,8 +278,9 @@ class USearchIndex:
         k : int
         oversample : float >= 1, optional
             Overrides the constructor's ``oversample`` for this call.
-        rerank : bool
+        rerank : bool, default True
             True: rerank on float vectors (exact scores). False: the asymmetric estimates.
+            ``None``: when the index has float vectors to read.
         candidates : int, optional
             usearch neighbours to rescore (at least ``expansion_search`` and ``k'``).
         scores : {"raw", "similarity"}
@@ -292,31 +301,26 @@ class USearchIndex:
             The ids given to :meth:`add`, ``-1`` padding.
 
         ``k`` is checked before anything is allocated: results over half the machine's
-        memory (``k=10**12``, say) raise ``ValueError``.
+        memory (``k=10**12``, say) raise ``ValueError``. Thread-safe, also during an
+        :meth:`add` (the search sees the index before or after it).
         """
+        with self._guard.reading():
+            return self._search(queries, k, oversample, rerank, candidates, scores, pad_to_k)
+
+    def _search(self, queries, k, oversample, rerank, candidates, scores, pad_to_k):
         q = self.quantizer
         q._check_fitted()
-        k = check_k(k)
-        check_scores(scores)
-        if rerank not in (True, False):
-            raise ValueError(f"rerank must be True or False, got {rerank!r}")
+        opts = self._search_options(k, oversample, rerank, scores, pad_to_k)
+        rerank = opts.rerank
         Q = q._validated(queries, "queries", allow_1d=True)
         n = self.ntotal
-        columns = result_columns(k, n, len(Q), True if pad_to_k is None else pad_to_k)
-        k = min(k, n)  # usearch and the rerank find at most n; finish pads to ``columns``
+        columns = opts.columns(n, len(Q))
+        k = min(opts.k, n)  # usearch and the rerank find at most n; finish pads to ``columns``
         if n == 0:
-            out, _ = finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), columns,
-                            q.similarity_, scores)  # fmt: skip
-            return out, np.full((len(Q), columns), -1, dtype=np.int64)
+            return self._finish(np.empty((len(Q), 0)), np.empty((len(Q), 0), np.int64), columns,
+                                opts.scores)  # fmt: skip
         vectors = self._rerank_vectors() if rerank else None
-        if rerank and vectors is None:
-            raise ValueError(
-                "no float vectors for the rerank (store_vectors=False): call "
-                "attach_vectors(vectors) or search with rerank=False"
-            )
-        default = self.oversample if oversample is None else oversample
-        over = check_oversample(default, q.encoding_.default_oversample)
-        depth = candidate_count(k, over, n) if rerank else min(k, n)
+        depth = opts.depth(n)
         count = max(self._expansion_search, depth)
         if candidates is not None:
             count = max(count, _check_int(candidates, "candidates", 1))
@@ -328,8 +332,11 @@ class USearchIndex:
             normalized = self._attached is None  # stored vectors were normalized for cosine
             exact = exact_values(Q, vectors, top, exact_mode(sim, normalized=normalized))
             keys, top = rerank_keys(exact, top, k, sim)
-        out, rows = finish(keys, top, columns, sim, scores)
-        return out, self._ids.of_rows(rows)
+        return self._finish(keys, top, columns, opts.scores)
+
+    def _rerank_ready(self) -> bool:
+        # attached vectors serve too; an empty index searches without reading any
+        return self.ntotal == 0 or self._attached is not None or bool(self._vectors)
 
     def _rerank_vectors(self):
         if self._attached is not None:

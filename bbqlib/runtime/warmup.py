@@ -58,38 +58,21 @@ def _runtime() -> None:
 def _saved_index_kernels() -> None:
     """The single-query kernels of saved indexes with the default quantizer (BBQ at 1-4 bits,
     float32 vectors, any similarity), where the disk cache holds them (a process of this
-    user has run such queries before): one query of a 64-vector probe of each kind, saved
-    and opened in a temporary folder. An opened index's arrays are read-only maps, whose
-    kernels are compiled apart from an in-memory index's, so the probes go through a file.
-    On an empty cache nothing is compiled here (compiling costs far more than loading, and
-    these are kinds of index the process may never open)."""
+    user has run such queries before): each registered index class
+    (:data:`bbqlib.index.base.INDEX_KINDS`) searches a small probe it saved and opened in a
+    temporary folder (:meth:`~bbqlib.index.base.Index.warm_saved_kernels`). An opened
+    index's arrays are read-only maps, whose kernels are compiled apart from an in-memory
+    index's, so the probes go through a file. On an empty cache nothing is compiled here
+    (compiling costs far more than loading, and these are kinds of index the process may
+    never open)."""
     import tempfile
     from pathlib import Path
 
-    from .._kernels import fused as KF
-    from .._kernels import single as KO
-    from .._kernels.cache import has_entries
-    from ..index.flat.index import FlatIndex
-    from ..index.ivf import IVFIndex
-    from ..index.lifecycle import load
+    from ..index.base import INDEX_KINDS
 
-    flat = has_entries(KO.flat_lut_one)
-    ivf = has_entries(KF.ivf_lut_fused)
-    if not (flat or ivf):
-        return
-    X = np.random.default_rng(0).normal(size=(64, 16)).astype(np.float32)
     with tempfile.TemporaryDirectory(prefix="bbqlib-warmup-") as tmp:
-        folder = Path(tmp)
-        for similarity in ("cosine", "euclidean") if flat else ():  # rerank: dots, distances
-            probe = FlatIndex(bits=1, similarity=similarity)
-            probe.add(X)
-            probe.save(folder / f"{similarity}.bbq")
-            load(folder / f"{similarity}.bbq").search(X[0], k=10)
-        if ivf:
-            probe = IVFIndex(bits=1, similarity="cosine")
-            probe.add(X)
-            probe.save(folder / "ivf")
-            IVFIndex.open(folder / "ivf").search(X[0], k=10)
+        for cls in list(INDEX_KINDS.values()):
+            cls.warm_saved_kernels(Path(tmp))
 
 
 def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
@@ -113,7 +96,7 @@ def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
 
     Parameters
     ----------
-    index : FlatIndex or IVFIndex, optional
+    index : a bbqlib index (:class:`~bbqlib.index.base.Index`), optional
         A fitted index with at least one vector.
     k : int
         The ``k`` of the probe search (kernels do not depend on it).
@@ -149,7 +132,7 @@ def warmup(index=None, *, k: int = 10, batch: bool = True) -> float:
         raise ValueError("index is empty: add vectors before warmup (kernels depend on them)")
     rerank = bool(getattr(index, "store_vectors", True))  # indexes without vectors search raw
     # The probe query compiles this index's single-query kernels (no tiering).
-    for tier in getattr(index, "single_query_tiers", tuple)():
+    for tier in getattr(index, "warmup_tiers", tuple)():
         tier.open()
     probe = _probe_query(index)
     with policy.recording() as kernels:

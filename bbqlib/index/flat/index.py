@@ -14,21 +14,19 @@ from ..._validation import (
     prepare_for_similarity,
 )
 from ...quantizers import EncodedVectors, Quantizer
-from ...search import finish
-from ...search.finish import check_scores, result_columns
-from ...search.rerank import candidate_count, check_oversample, exact_mode, rerank_keys
+from ...search.rerank import check_oversample, exact_mode, rerank_keys
 from ...search.stored import check_store_vectors, stored_exact_values, stored_rows, to_stored
 from ...storage.blocks import BlockChecksums
-from ..base import index_quantizer
+from ..base import Index, index_quantizer
 from ..guard import IndexGuard
 from ..ids import RowIds, filter_rows
 from .files import FORMAT_VERSION, read_flat, write_flat
-from .one import flat_search, flat_tiers
+from .one import flat_search, flat_tiers, warm_saved_flat
 
 __all__ = ["FlatIndex", "FORMAT_VERSION"]
 
 
-class FlatIndex:
+class FlatIndex(Index):
     """Brute-force search over quantized codes with optional exact rerank.
 
     Parameters
@@ -77,6 +75,11 @@ class FlatIndex:
     [0, 1, 2]
     """
 
+    kind = "flat"
+    file_kind = "flat_index"
+    rerank_modes = (True, False, "bound")
+    _DERIVED = ("_single_mask", "_fast_last")  # the one-query path's: made again on use
+
     def __init__(
         self,
         quantizer: Quantizer | None = None,
@@ -106,15 +109,9 @@ class FlatIndex:
     def __getstate__(self):
         if self._vectors:  # pickling reads every row: check them first
             self._check_vector_rows(self._vectors[0], None)
-        state = dict(self.__dict__)
-        state.pop("_guard", None)
-        state.pop("_single_mask", None)  # the one-query path's live mask: made again on use
+        state = super().__getstate__()
         state["_vector_blocks"] = None
         return state
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._guard = IndexGuard()
 
     # -- building ---------------------------------------------------------------------------
     def add(self, X, ids=None) -> None:
@@ -170,26 +167,11 @@ class FlatIndex:
         with self._guard.writing:
             if self.ntotal == 0:
                 raise ValueError("this FlatIndex is empty; there is nothing to delete")
-            rows = self._ids.rows_of(ids, self._deleted)
-            deleted = np.zeros(self.ntotal, bool) if self._deleted is None else self._deleted.copy()
-            deleted[rows] = True
+            deleted = self._tombstones_after(ids)
+            if deleted is None:
+                return
             with self._guard.swapping():  # a search sees the tombstones before or after
                 self._deleted = deleted
-
-    @property
-    def ids(self) -> np.ndarray:
-        """The id of every vector added, in insertion order (int64 [ntotal], deleted ones
-        included; see :attr:`deleted`)."""
-        return self._ids.array()
-
-    @property
-    def deleted(self) -> np.ndarray:
-        """Whether each vector added is deleted (bool [ntotal], insertion order)."""
-        return np.zeros(self.ntotal, bool) if self._deleted is None else self._deleted.copy()
-
-    @property
-    def n_deleted(self) -> int:
-        return 0 if self._deleted is None else int(self._deleted.sum())
 
     def _parts(self) -> tuple[EncodedVectors | None, np.ndarray | None]:
         joined = self._joined
@@ -217,10 +199,6 @@ class FlatIndex:
     def ntotal(self) -> int:
         """Vectors added so far (deleted ones included)."""
         return sum(len(c) for c in self._codes)
-
-    def __len__(self) -> int:
-        """Live (not deleted) vectors."""
-        return self.ntotal - self.n_deleted
 
     @property
     def codes(self) -> EncodedVectors | None:
@@ -293,51 +271,41 @@ class FlatIndex:
         # one query: the quantizer's one-query scan (index/single.py), else the batch path
         return flat_search(self, queries, k, oversample, rerank, filter, scores, pad_to_k)
 
-    def single_query_tiers(self) -> tuple:
+    def warmup_tiers(self) -> tuple:
         """The tiers of the single-query kernels this index runs (``bbqlib.warmup``)."""
         return flat_tiers(self)
+
+    single_query_tiers = warmup_tiers  # the name before Index.warmup_tiers
+
+    @classmethod
+    def warm_saved_kernels(cls, folder) -> None:
+        warm_saved_flat(cls, folder)
 
     def _search_batch(self, queries, k, oversample, rerank, filter, scores, pad_to_k):
         q = self.quantizer
         if not q.is_fitted:
             raise NotFittedError("this FlatIndex is empty; call add(X) first")
-        check_scores(scores)
+        opts = self._search_options(k, oversample, rerank, scores, pad_to_k)
         Q = q._validated(queries, "queries", allow_1d=True)
         codes, vectors = self._parts()
         n = 0 if codes is None else len(codes)
-        columns = result_columns(k, n, len(Q), pad_to_k)
-        k = min(int(k), n)  # the scan and rerank find at most n; finish pads to ``columns``
+        columns = opts.columns(n, len(Q))
+        k = min(opts.k, n)  # the scan and rerank find at most n; finish pads to ``columns``
         allowed = self._allowed(filter)
         sim = q.similarity_
-        if rerank is None:
-            rerank = bool(self.store_vectors)
-        if rerank == "bound":
+        scores = opts.scores
+        if opts.rerank == "bound":
             keys, rows = self._search_bound(Q, k, codes, vectors, allowed)
             return self._finish(keys, rows, columns, scores)
-        if rerank not in (True, False):
-            raise ValueError(f"rerank must be True, False or 'bound', got {rerank!r}")
-        # store_vectors, not `vectors is None`: an empty index has no vectors yet either.
-        if rerank and not self.store_vectors:
-            raise ValueError(
-                "this index keeps no float vectors (store_vectors=False); search with rerank=False"
-            )
-        if oversample is None:
-            oversample = self.oversample
-        oversample = check_oversample(oversample, q.encoding_.default_oversample)
         if n == 0:
             empty = np.empty((len(Q), 0))
             return self._finish(empty, np.empty((len(Q), 0), np.int64), columns, scores)
-        depth = candidate_count(k, oversample, n) if rerank else min(k, n)
-        keys, rows = q.topk_keys(Q, codes, depth, allowed=allowed)
-        if rerank:
+        keys, rows = q.topk_keys(Q, codes, opts.depth(n), allowed=allowed)
+        if opts.rerank:
             self._check_vector_rows(vectors, rows)
             raw = stored_exact_values(Q, vectors, rows, exact_mode(sim))
             keys, rows = rerank_keys(raw, rows, k, sim)
         return self._finish(keys, rows, columns, scores)
-
-    def _finish(self, keys, rows, k, scores):
-        out, rows = finish(keys, rows, k, self.quantizer.similarity_, scores)
-        return out, self._ids.of_rows(rows)
 
     def _search_bound(self, Q, k, codes, vectors, allowed):
         q = self.quantizer
@@ -393,6 +361,15 @@ class FlatIndex:
         mix (``docs/concurrency.md``).
         """
         return read_flat(cls, path, mmap=mmap, verify=verify)
+
+    @classmethod
+    def open(cls, path, **kwargs) -> FlatIndex:
+        """:meth:`load` (the name every index opens with: :func:`bbqlib.load`)."""
+        return cls.load(path, **kwargs)
+
+    @classmethod
+    def check_saved(cls, path, *, verify: bool = True) -> None:
+        cls.load(path, verify=verify)  # load checks every section's CRC32 (verify)
 
     def verify(self) -> dict:
         """Check now what a loaded file's searches would check on first read; raise if bad.

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...search.finish import SCORE_KINDS, result_columns
-from ...search.rerank import candidate_count, check_oversample
+from ...search.finish import result_columns
 from ..one import float_rows, one_query, prepared_query, rerank_finish
 from ..tiers import tier_of
 
-__all__ = ["flat_one", "flat_search", "flat_tiers", "flat_search_one"]
+__all__ = ["flat_one", "flat_search", "flat_tiers", "flat_search_one", "warm_saved_flat"]
 
 _EMPTY_MASK = np.empty(0, np.uint8)
 
@@ -80,13 +79,10 @@ def flat_search_one(index, one, queries, k, oversample, rerank, filter, scores, 
     """``FlatIndex.search`` of one query by ``one`` (:class:`FlatOne`), or None where the
     general path must run."""
     q = index.quantizer
-    if rerank is None:  # the index's default
-        rerank = bool(index.store_vectors)
-    if filter is not None or not (rerank is True or rerank is False) or not q.is_fitted:
+    if filter is not None or not q.is_fitted:
         return None
-    if type(k) is not int or k < 1 or scores not in SCORE_KINDS:
-        return None
-    if pad_to_k is not None and pad_to_k is not True and pad_to_k is not False:
+    opts = index._fast_options(k, oversample, rerank, scores, pad_to_k)  # the batch path's
+    if opts is None:
         return None
     x = one_query(queries, q.dim_)
     if x is None:
@@ -94,25 +90,41 @@ def flat_search_one(index, one, queries, k, oversample, rerank, filter, scores, 
     codes, vectors = index._parts()
     if codes is None or len(codes) == 0:
         return None
+    rerank = opts.rerank
     if rerank:
         vectors = float_rows(vectors)
-        if vectors is None or not index.store_vectors:
+        if vectors is None:
             return None
     sim = q.similarity_
-    default = q.encoding_.default_oversample
-    oversample = default if oversample is None else check_oversample(oversample, default)
     n = len(codes)
-    columns = k
-    if k > n:  # the columns follow pad_to_k (result_columns), as on the batch path
-        if pad_to_k is None:
+    columns = opts.k
+    if columns > n:  # the columns follow pad_to_k (result_columns), as on the batch path
+        if opts.pad_to_k is None:
             return None  # the batch path warns
-        columns, k = result_columns(k, n, 1, pad_to_k), n
-    depth = candidate_count(k, oversample, n) if rerank else k
+        columns = result_columns(columns, n, 1, opts.pad_to_k)
+    depth = opts.depth(n)
     Qp = prepared_query(x, sim)
     if Qp is None:
         return None
     keys, rows = one.scan(Qp, _mask(index), depth)
     if rerank:  # a loaded file's blocks of these rows are checked on their first read
         index._check_vector_rows(vectors, rows)
-    out, rows = rerank_finish(Qp, vectors, keys, rows, columns, sim, rerank, scores)
+    out, rows = rerank_finish(Qp, vectors, keys, rows, columns, sim, rerank, opts.scores)
     return out, index._ids.of_rows(rows)
+
+
+def warm_saved_flat(cls, folder) -> None:
+    """``FlatIndex.warm_saved_kernels``: where the kernel cache holds the lookup-table
+    one-query kernel, one query of a saved 64-vector probe per rerank kind (dots, distances).
+    An opened index's arrays are read-only maps, compiled apart from an in-memory index's."""
+    from ..._kernels import single as KO
+    from ..._kernels.cache import has_entries
+
+    if not has_entries(KO.flat_lut_one):
+        return  # compiling costs far more than loading: left to the first query
+    X = np.random.default_rng(0).normal(size=(64, 16)).astype(np.float32)
+    for similarity in ("cosine", "euclidean"):
+        probe = cls(bits=1, similarity=similarity)
+        probe.add(X)
+        probe.save(folder / f"{similarity}.bbq")
+        cls.open(folder / f"{similarity}.bbq").search(X[0], k=10)

@@ -12,10 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..._kernels.policy import cap_threads, threads_for
-from ..._validation import check_k
 from ...search import finish
-from ...search.finish import check_scores, result_columns
-from ...search.rerank import candidate_count, check_oversample
 from ...search.topk import dedup_topk
 from ...similarity import Similarity
 from ..ids import filter_rows
@@ -39,29 +36,18 @@ def search_batch(
     """``IVFIndex.search`` of any number of queries (under the caller's read lock)."""
     index._check_fitted()
     F.check_row_ids(index, whole=filter is not None)  # a filter looks every id up
-    check_k(k)
-    check_scores(scores)
+    opts = index._search_options(k, oversample, rerank, scores, pad_to_k)
+    scores, rerank = opts.scores, opts.rerank
     vp = P.check_visit_percentage(visit_percentage)
     vp = index.visit_percentage if vp is None else vp
-    if rerank is None:
-        rerank = bool(index.store_vectors)
-    if rerank not in (True, False):
-        raise ValueError(f"rerank must be True or False, got {rerank!r}")
-    if rerank and not index.store_vectors:
-        raise ValueError(
-            "this index keeps no float vectors (store_vectors=False); search with rerank=False"
-        )
     q = index.quantizer
     sim = q.similarity_
     Qp = q._validated(queries, "queries", allow_1d=True)
     nq = Qp.shape[0]
-    columns = result_columns(k, index._ntotal, nq, pad_to_k)
-    k = min(int(k), index._ntotal)  # the scan and rerank find at most ntotal
+    columns = opts.columns(index._ntotal, nq)
+    k = min(opts.k, index._ntotal)  # the scan and rerank find at most ntotal
     Qt = q.transform_rows(Qp)
-    oversample = index.oversample if oversample is None else oversample
-    oversample = check_oversample(oversample, q.encoding_.default_oversample)
-    n_live = len(index)
-    depth = candidate_count(k, oversample, n_live) if rerank else min(k, n_live)
+    depth = opts.depth(index._ntotal, len(index))
     if depth == 0:
         empty = np.empty((nq, 0))
         return finish_rows(index, empty, np.empty((nq, 0), np.int64), columns, scores)

@@ -28,21 +28,8 @@ class GuardedWrites:
 
     #: Derived from the published state and made again on first use: the one-query path's
     #: kernel arguments, the live-row mask and per-list live counts (reset by every delete).
+    #: Not pickled; None after unpickling (:class:`bbqlib.index.base.Index`).
     _DERIVED = ("_single_state", "_live_cache", "_live_per_list")
-
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state.pop("_guard", None)
-        for name in self._DERIVED:
-            state.pop(name, None)
-        return state
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        # The batch path reads the live caches without a default; older pickles carry them.
-        self._live_cache = None
-        self._live_per_list = None
-        self._guard = IndexGuard()
 
     @contextlib.contextmanager
     def _writing(self, path):

@@ -24,6 +24,7 @@ from ...quantizers import BBQQuantizer, Quantizer
 from ...search.rerank import check_oversample
 from ...search.stored import check_store_vectors
 from ...similarity import Similarity
+from ..base import Index
 from ..guard import IndexGuard
 from ..ids import RowIds
 from . import batch as S
@@ -35,6 +36,7 @@ from .batch import ENTRIES_PER_THREAD as ENTRIES_PER_THREAD  # re-exported: publ
 from .guarded import GuardedWrites
 from .one import search_one as _one
 from .one import single_query_tiers as _one_tiers
+from .one import warm_saved_ivf
 from .options import UNSET as _UNSET
 from .options import resolve_quantizer
 from .writes import AUTO_PROGRESS_ROWS as AUTO_PROGRESS_ROWS  # re-exported: public here too
@@ -60,7 +62,7 @@ def _check_new_path(path: Path) -> None:
         )
 
 
-class IVFIndex(GuardedWrites):
+class IVFIndex(GuardedWrites, Index):
     """Inverted-file index over quantized codes with SOAR spilling (DiskBBQ style).
 
     Parameters
@@ -129,6 +131,9 @@ class IVFIndex(GuardedWrites):
     [0, 1]
     """
 
+    kind = "ivf"
+    directory = True
+
     def __init__(
         self,
         quantizer: Quantizer | None = None,
@@ -181,17 +186,14 @@ class IVFIndex(GuardedWrites):
         return self._ntotal if self._fitted else 0
 
     @property
-    def ids(self) -> np.ndarray:
-        """The id of every vector added, in insertion order (int64 [ntotal])."""
-        return self._row_ids.array()
+    def _ids(self) -> RowIds:
+        """The caller's ids (:class:`~bbqlib.index.ids.RowIds`) as :class:`Index` reads
+        them (``ids``, ``_finish``, tombstones); stored as ``_row_ids`` (files, pickles)."""
+        return self._row_ids
 
     @property
     def n_deleted(self) -> int:
         return self._n_deleted if self._fitted else 0
-
-    def __len__(self) -> int:
-        """Live (not deleted) vectors."""
-        return self.ntotal - self.n_deleted
 
     @property
     def n_lists(self) -> int:
@@ -338,12 +340,15 @@ class IVFIndex(GuardedWrites):
         return S.search_batch(self, queries, k, visit_percentage, oversample, rerank, filter,
                               scores, pad_to_k)  # fmt: skip
 
-    def _finish(self, keys, rows, k, scores):
-        return S.finish_rows(self, keys, rows, k, scores)
-
-    def single_query_tiers(self) -> tuple:
+    def warmup_tiers(self) -> tuple:
         """The tiers of the single-query kernels this index runs (``bbqlib.warmup``)."""
         return _one_tiers(self)
+
+    single_query_tiers = warmup_tiers  # the name before Index.warmup_tiers
+
+    @classmethod
+    def warm_saved_kernels(cls, folder) -> None:
+        warm_saved_ivf(cls, folder)
 
     def _allowed(self, filter) -> np.ndarray | None:
         """uint8 mask over rows (filter and not deleted), or None when everything is allowed."""
@@ -388,11 +393,6 @@ class IVFIndex(GuardedWrites):
         return path
 
     @classmethod
-    def coerce(cls, index_or_path) -> IVFIndex:
-        """``index_or_path`` itself when it is an IVF index, else the index saved there."""
-        return index_or_path if isinstance(index_or_path, cls) else cls.open(index_or_path)
-
-    @classmethod
     def open(cls, path, *, preload: bool = False) -> IVFIndex:
         """Open a saved index; only centroids are read into RAM, the rest is memory-mapped.
 
@@ -422,6 +422,22 @@ class IVFIndex(GuardedWrites):
 
             preload_arrays(index._postings.arrays().values())
         return index
+
+    @classmethod
+    def holds_saved(cls, path) -> bool:
+        """Whether the directory ``path`` holds a saved index (its ``MANIFEST``)."""
+        return (Path(path) / ST.MANIFEST).exists()
+
+    @classmethod
+    def saved_lock_path(cls, path) -> Path:
+        """The advisory lock file of the index directory ``path``."""
+        return ST.dir_lock_path(path)
+
+    @classmethod
+    def remove_leftovers(cls, path, *, blocking: bool, timeout: float):
+        """Remove what killed writers left in ``path`` (:func:`.storage.clean_directory`):
+        ``(file name, bytes)`` of each, or None when a live writer holds the lock."""
+        return ST.clean_directory(path, blocking=blocking, timeout=timeout)
 
     def verify(self) -> dict:
         """Check every checksum (disk-backed) or the structure (in memory); raise if bad.

@@ -24,8 +24,7 @@ from ..._kernels import fused as KF
 from ..._kernels import rerank as KR
 from ..._kernels import single as KO
 from ..._validation import MAX_SQ_NORM, UNIT_NORM_TOLERANCE
-from ...search.finish import SCORE_KINDS, pad_value, result_columns
-from ...search.rerank import candidate_count, check_oversample
+from ...search.finish import pad_value, result_columns
 from ...search.stored import stored_exact_values
 from ...similarity import Similarity
 from ...storage.blocks import row_bytes
@@ -34,7 +33,7 @@ from ..tiers import tier_of
 from . import files as F
 from . import plan as P
 
-__all__ = ["ivf_search_one", "search_one", "single_query_tiers"]
+__all__ = ["ivf_search_one", "search_one", "single_query_tiers", "warm_saved_ivf"]
 
 _EMPTY_MASK = np.empty(0, np.uint8)
 # The rows' block mask of float vectors without block CRC32s: one block beyond any row.
@@ -178,7 +177,7 @@ def ivf_search_one(
     # application repeats the same few): the GIL-held Python of a query is its fixed cost.
     key = (k, type(k), visit_percentage, type(visit_percentage), oversample, type(oversample),
            rerank, type(rerank), scores, pad_to_k, type(pad_to_k), index.visit_percentage,
-           index.store_vectors)  # fmt: skip
+           index.store_vectors, index.oversample)  # fmt: skip
     calls = state["calls"]
     try:
         call = calls.get(key)
@@ -197,30 +196,22 @@ def _settings(index, state, k, visit_percentage, oversample, rerank, scores, pad
     """A call's settings resolved (the index's defaults) and checked, or None where the
     batch path must run: ``(columns, depth, decoded, sim, scores, front, middle, back)``, with
     ``columns`` the results' columns (:func:`~bbqlib.search.finish.result_columns`)."""
-    if rerank is None:  # the index's default
-        rerank = bool(index.store_vectors)
+    try:  # the batch path's checks (it raises their errors)
+        opts = index._search_options(k, oversample, rerank, scores, pad_to_k)
+        visit_percentage = P.check_visit_percentage(visit_percentage)
+    except (TypeError, ValueError):
+        return None
+    rerank, scores = opts.rerank, opts.scores
     if visit_percentage is None:
         visit_percentage = index.visit_percentage
-    if not (rerank is True or rerank is False) or (rerank and not index.store_vectors):
-        return None
-    if type(k) is not int or k < 1 or scores not in SCORE_KINDS:
-        return None
-    if not (pad_to_k is None or pad_to_k is True or pad_to_k is False):
-        return None
-    if visit_percentage is not None:
-        if type(visit_percentage) not in (int, float) or not 0.0 < visit_percentage <= 100.0:
-            return None
     q = index.quantizer
-    enc = q.encoding_
-    default = enc.default_oversample
-    oversample = default if oversample is None else check_oversample(oversample, default)
     ntotal = index._ntotal
-    columns = k
+    columns = k = opts.k
     if k > ntotal:  # the columns follow pad_to_k, as on the batch path
-        if pad_to_k is None:
+        if opts.pad_to_k is None:
             return None  # the batch path warns
-        columns, k = result_columns(k, ntotal, 1, pad_to_k), ntotal
-    depth = candidate_count(k, oversample, ntotal) if rerank else k
+        columns, k = result_columns(k, ntotal, 1, opts.pad_to_k), ntotal
+    depth = opts.depth(ntotal)
     if depth == 0:
         return None
     if visit_percentage is None:
@@ -330,3 +321,18 @@ def _rerank_decoded(Qp, stored, rows, k, sim, scores):
     raw = stored_exact_values(Qp, stored, rows.reshape(1, -1), mode, parallel=False)
     out_raw, out_rows = KO.best_k(raw[0], rows, dist, k, pad)
     return finish_scores(out_raw, out_rows, sim, pad, scores), out_rows
+
+
+def warm_saved_ivf(cls, folder) -> None:
+    """``IVFIndex.warm_saved_kernels``: where the kernel cache holds the fused lookup-table
+    kernel, one query of a saved 64-vector probe (see
+    :func:`bbqlib.index.flat.one.warm_saved_flat`)."""
+    from ..._kernels.cache import has_entries
+
+    if not has_entries(KF.ivf_lut_fused):
+        return
+    X = np.random.default_rng(0).normal(size=(64, 16)).astype(np.float32)
+    probe = cls(bits=1, similarity="cosine")
+    probe.add(X)
+    probe.save(folder / "ivf")
+    cls.open(folder / "ivf").search(X[0], k=10)

@@ -79,11 +79,9 @@ def delete_ids(index, ids) -> None:
     index._check_fitted()
     with index._writing(index.path):
         F.check_row_ids(index)
-        rows = index._row_ids.rows_of(ids, index._deleted)
-        if rows.size == 0:
+        deleted = index._tombstones_after(ids)
+        if deleted is None:
             return
-        deleted = index._deleted.copy()
-        deleted[rows] = True
         work = index._clone()
         set_deleted(work, deleted)
         index._commit(work)
