@@ -97,25 +97,12 @@ class Sizing:
         )
 
 
-def _factor_bytes(encoding: Encoding, is_l2: bool) -> int:
-    """Bytes of a doc's scan-side factor row: 16 (four float32), or SAQ's own record."""
-    return encoding.corrections(is_l2).itemsize if encoding.layout == "segments" else 16
-
-
 def flat_sizes(n: int, d: int, encoding: Encoding, is_l2: bool, store, state_bytes: int = 0):
     """``(disk, ram)`` bytes of a flat index of ``n`` vectors."""
-    code = encoding.doc_bytes(d)
     per = encoding.bytes_per_vector(d, is_l2) + stored_row_bytes(store, d)
     disk = n * per + state_bytes + CONTAINER_BYTES
-    if encoding.layout == "segments":
-        # SAQ's scan keeps its own copies: codes in blocks of 32, the record as columns and,
-        # per coded segment, two float32 columns (code norms, level sums).
-        segments = (encoding.corrections(is_l2).itemsize - 4) // 8
-        ram = n * (per + code + encoding.corrections(is_l2).itemsize + 8 * segments)
-        return int(disk), int(ram + state_bytes)
-    ram = n * (per + 16) + state_bytes
-    if use_lut(encoding.query_planes, encoding.layout):
-        ram += n * (code + 16)
+    lut = use_lut(encoding.query_planes, encoding.layout)
+    ram = n * (per + encoding.flat_scan_bytes(d, is_l2, lut)) + state_bytes
     return int(disk), int(ram)
 
 
@@ -131,11 +118,11 @@ def ivf_sizes(
 ):
     """``(disk, ram)`` bytes of an IVF index of ``n`` vectors (RAM: to serve from disk)."""
     code = encoding.doc_bytes(d)
-    factors = _factor_bytes(encoding, is_l2)
+    factors = encoding.scan_factor_bytes(is_l2)
     E = n * entries_per_vector
     K = max(1.0, n / vectors_per_list)
     lut = use_lut(encoding.query_planes, encoding.layout)
-    blocks = (E + 16 * K) * code if encoding.layout == "planes" else 0.0
+    blocks = encoding.posting_block_bytes(E, K, d)
     postings = E * (code + factors + 4) + blocks + 8 * n
     header = K * (5 * d + 56) + n / 8 + state_bytes
     disk = postings + header + n * stored_row_bytes(store, d) + 2 * CONTAINER_BYTES
