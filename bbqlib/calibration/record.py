@@ -114,23 +114,9 @@ class Configuration:
         defaults (``oversample``, ``visit_percentage``, rerank when vectors are stored).
         ``path`` (IVF only): the directory the index lives in.
         """
-        from ..index import FlatIndex, IVFIndex
+        from .kinds import index_kind
 
-        if self.index == "flat":
-            if path is not None:
-                raise ValueError("path is for IVF configurations; save a FlatIndex with save()")
-            return FlatIndex(
-                self.quantizer(), store_vectors=self.store_vectors, oversample=self.oversample
-            )
-        return IVFIndex(
-            self.quantizer(),
-            cluster_size=self.cluster_size,
-            seed=self.seed,
-            path=path,
-            store_vectors=self.store_vectors,
-            visit_percentage=self.visit_percentage,
-            oversample=self.oversample,
-        )
+        return index_kind(self.index).build(self, self.quantizer(), path)
 
     def code(self) -> str:
         """Python that builds and searches this configuration (to paste)."""
@@ -145,14 +131,10 @@ class Configuration:
         args = [f"store_vectors={self.store_vectors!r}"]
         if self.oversample is not None:
             args.append(f"oversample={self.oversample:g}")
-        if self.index == "flat":
-            head = "index = bbqlib.FlatIndex(\n    " + quantizer + ",\n    "
-        else:
-            args = [f"cluster_size={self.cluster_size}", f"seed={self.seed}", *args]
-            args.append(f"visit_percentage={self.visit_percentage:g}")
-            head = "index = bbqlib.IVFIndex(\n    " + quantizer + ",\n    "
+        from .kinds import index_kind
+
         return (
-            "import bbqlib\n\n" + head + ", ".join(args) + ",\n)\n"
+            "import bbqlib\n\n" + index_kind(self.index).code(self, quantizer, args) + ",\n)\n"
             "index.add(X)\n"
             f"scores, ids = index.search(queries, k={self.k})\n"
         )

@@ -152,10 +152,6 @@ def entries_per_vector_at(config, n: int) -> float:
     return points[-1][1]  # pragma: no cover
 
 
-def _log_ratio(n: int, cluster_size: int) -> float:
-    return max(1.0, math.log(max(2.0, n / max(1, cluster_size))))
-
-
 def sizing(n: int, d: int | None = None, config=None) -> Sizing:
     """RAM, disk, build time and latency of ``config`` at ``n`` vectors.
 
@@ -183,6 +179,7 @@ def sizing(n: int, d: int | None = None, config=None) -> Sizing:
     >>> bbqlib.sizing(1_000_000, 32, report.chosen).disk_bytes > 0
     True
     """
+    from .kinds import index_kind
     from .record import Configuration
 
     if not isinstance(config, Configuration):
@@ -195,13 +192,8 @@ def sizing(n: int, d: int | None = None, config=None) -> Sizing:
     enc = config.encoding
     store = config.store_vectors
     is_l2 = config.similarity == "euclidean"
-    if config.index == "flat":
-        disk, ram = flat_sizes(n, d, enc, is_l2, store, config.state_bytes)
-    else:
-        disk, ram = ivf_sizes(
-            n, d, enc, store, entries_per_vector_at(config, n), config.vectors_per_list,
-            config.state_bytes, is_l2,
-        )  # fmt: skip
+    kind = index_kind(config.index)
+    disk, ram = kind.sizes(config, n, d, enc, store, is_l2)
     depth = 0
     if store:
         depth = min(math.ceil(config.k * (config.oversample or 1.0)), 10_000, n)
@@ -212,7 +204,5 @@ def sizing(n: int, d: int | None = None, config=None) -> Sizing:
         latency = config.latency_ms * n / m
     if config.build_seconds is not None and m:
         build = config.build_seconds * n / m
-        if config.index == "ivf":
-            cs = config.cluster_size or 384
-            build *= _log_ratio(n, cs) / _log_ratio(m, cs)
+        build *= kind.build_scale(config, n, m)
     return Sizing(n, d, config.index, disk, ram, (disk - 2 * 8192) / n, rerank, build, latency)
