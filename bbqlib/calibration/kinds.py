@@ -213,7 +213,7 @@ class IVFKind(IndexKind):
         )  # fmt: skip
 
     def build_scale(self, config, n: int, m: int) -> float:
-        # hierarchical k-means: one level more each time n / cluster_size grows by e
+        # hierarchical k-means levels: build time grows as n · log(n / cluster_size)
         cs = config.cluster_size or 384
         return _log_ratio(n, cs) / _log_ratio(m, cs)
 
