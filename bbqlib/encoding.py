@@ -209,6 +209,31 @@ class Encoding:
         """Stored bytes per doc: packed codes plus corrections, nothing else."""
         return self.doc_bytes(dim) + self.corrections(is_l2).itemsize
 
+    # -- what the scans keep besides the stored record (sizing asks these) -----------------
+    def scan_factor_bytes(self, is_l2: bool = False) -> int:
+        """Bytes of a doc's factor row as the scans read it: four float32 (a family whose
+        scan reads its own record overrides this)."""
+        return 16
+
+    @property
+    def lut_blocks(self) -> bool:
+        """Whether an IVF's postings hold the codes a second time in lookup-table blocks of
+        :data:`LUT_LANES` docs (docs in bit planes)."""
+        return self.doc_planes > 0
+
+    def flat_scan_bytes(self, dim: int, is_l2: bool = False, lut: bool = False) -> int:
+        """Bytes per doc a flat index's scan keeps beside the stored record: its factor row
+        and, when the lookup-table scan serves the row (``lut``), its blocked copy of the
+        code and the factors."""
+        return self.scan_factor_bytes(is_l2) + (self.doc_bytes(dim) + 16 if lut else 0)
+
+    def posting_block_bytes(self, entries: float, lists: float, dim: int) -> float:
+        """Bytes of an IVF's lookup-table blocks for ``entries`` posting entries in ``lists``
+        lists (the codes again, half a block of padding per list); 0.0 without blocks."""
+        if not self.lut_blocks:
+            return 0.0
+        return (entries + LUT_LANES // 2 * lists) * self.doc_bytes(dim)
+
     def __repr__(self) -> str:
         q = "float" if self.query_bits is None else f"{self.query_bits}-bit"
         return f"Encoding({self.family}: {self.doc_bits}-bit docs x {q} queries, wire={self.wire})"

@@ -524,6 +524,17 @@ def test_bad_input(built):
         built.add(np.ones((3, 5), np.float32))
 
 
+def test_a_family_that_serves_no_lists_is_refused():
+    """The IVF asks the quantizer (``serves_lists``), which reads its registry rows."""
+    assert all(q.serves_lists for q in (bbqlib.BBQQuantizer(), bbqlib.SAQQuantizer()))
+
+    class FlatOnly(bbqlib.BBQQuantizer):
+        serves_lists = False
+
+    with pytest.raises(ValueError, match="FlatOnly codes are served by FlatIndex only"):
+        IVFIndex(FlatOnly())
+
+
 # ------------------------------------------------------------------ files
 
 

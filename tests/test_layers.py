@@ -1,7 +1,10 @@
 """The floors of the library: no module imports upward, and modules stay small.
 
 Walks every module's imports with ``ast`` (module level and inside functions) and checks them
-against the floors documented in ``docs/architecture.md``.
+against the floors documented in ``docs/architecture.md``. Also walks every comparison: family
+names are compared only inside ``bbqlib/quantizers/``, code layout names only there and in the
+layout modules, and calibration never compares index kinds (it asks
+:mod:`bbqlib.calibration.kinds`).
 """
 
 from __future__ import annotations
@@ -124,3 +127,74 @@ def test_no_upward_import(path):
 def test_modules_are_small(path):
     lines = len(path.read_text().splitlines())
     assert lines <= MAX_LINES, f"{_module_name(path)} has {lines} lines (> {MAX_LINES}): split it"
+
+
+#: Code layout names (``Encoding.layout``) and index kinds (``Encoding.indexes``).
+LAYOUTS = ("planes", "bytes", "segments")
+INDEX_KINDS = ("flat", "ivf")
+#: Where layout names may be compared: the registry, the packing and the layout modules.
+LAYOUT_MODULES = ("bbqlib.encoding", "bbqlib.packing", "bbqlib.layouts")
+
+
+def _strings(node) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [s for e in node.elts for s in _strings(e)]
+    return []
+
+
+def _compared_lines(source: str, names) -> list[int]:
+    """Lines of every comparison (or match case) of a string literal in ``names``."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            found = [s for e in (node.left, *node.comparators) for s in _strings(e)]
+        elif isinstance(node, ast.MatchValue):
+            found = _strings(node.value)
+        else:
+            continue
+        if set(found) & set(names):
+            out.append(node.lineno)
+    return out
+
+
+def _compared(path: Path, names) -> list[str]:
+    return [f"{_module_name(path)}:{n}" for n in _compared_lines(path.read_text(), names)]
+
+
+def _outside(*prefixes: str):
+    return [p for p in _modules()
+            if not any(_module_name(p) == x or _module_name(p).startswith(x + ".")
+                       for x in prefixes)]  # fmt: skip
+
+
+def test_family_names_compared_only_in_the_family_folders():
+    from bbqlib.encoding import FAMILIES
+
+    found = [hit for p in _outside("bbqlib.quantizers") for hit in _compared(p, FAMILIES)]
+    assert not found, f"family names compared outside bbqlib/quantizers (ask the family): {found}"
+
+
+def test_layout_names_compared_only_in_layout_modules():
+    found = [hit for p in _outside("bbqlib.quantizers", *LAYOUT_MODULES)
+             for hit in _compared(p, LAYOUTS)]  # fmt: skip
+    assert not found, f"layout names compared outside the layout modules (ask the row): {found}"
+
+
+def test_calibration_asks_its_index_kinds():
+    calibration = [p for p in _modules() if _module_name(p).startswith("bbqlib.calibration")]
+    found = [hit for p in calibration for hit in _compared(p, INDEX_KINDS)]
+    assert not found, f"index kinds compared in calibration (use calibration.kinds): {found}"
+
+
+def test_the_comparison_walk_sees_comparisons():
+    source = """
+if kind == "flat" or "ivf" in kinds or layout in ("x", "planes") or name == other:
+    pass
+kind = "flat"
+match family:
+    case "saq":
+        pass
+"""
+    assert sorted(_compared_lines(source, ("flat", "ivf", "planes", "saq"))) == [2, 2, 2, 6]

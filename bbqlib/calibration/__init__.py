@@ -18,13 +18,13 @@ from .._params import check_int
 from .._validation import check_vectors
 from ..similarity import resolve_similarity
 from .engine import Engine
+from .kinds import INDEX_KINDS
 from .record import Configuration
 from .report import CalibrationReport
 from .search import grid_search, smart_search
 from .sizing import Sizing, sizing
 from .space import (
     FULL_SPACE,
-    IVF_STORES,
     OVERSAMPLES,
     SPACE,
     STORES,
@@ -48,7 +48,7 @@ __all__ = [
     "sizing",
 ]
 
-_INDEXES = ("flat", "ivf", "auto")
+_INDEXES = (*INDEX_KINDS, "auto")
 _SEARCHES = ("smart", "grid", "full-grid")
 #: Bases of at least this many vectors are screened on a subsample first (search.py).
 SCREEN_ROWS = 400_000
@@ -154,7 +154,7 @@ class Calibrator:
         self.progress = progress
         self._start = time.perf_counter()
         log = _log(progress, self._start)
-        kinds = ("flat", "ivf") if index == "auto" else (index,)
+        kinds = tuple(INDEX_KINDS) if index == "auto" else (index,)
 
         def engine(base, kind, quiet=False):
             return Engine(
@@ -216,9 +216,7 @@ class Calibrator:
             before = dict(engine.timings)
             sieve = self.screens.get(kind)
             before_screen = dict(sieve.timings) if sieve is not None else {}
-            stores = (
-                self.stores if kind == "flat" else tuple(s for s in self.stores if s in IVF_STORES)
-            )
+            stores = engine.index_kind.stores(self.stores)
             points = code_points(self.space, kind, stores)
             kw = dict(max_bytes=max_bytes_per_vector, max_latency=max_latency_ms, log=log)
             if search != "smart":
@@ -240,7 +238,7 @@ class Calibrator:
                    default=None)  # fmt: skip
         at = {}  # list shapes at other sizes (IVF): the list density rule of sizing
         for kind, engine in self.engines.items():
-            if kind == "ivf":
+            if engine.index_kind.lists:
                 at[id(engine)] = engine.entries_at(n)
                 if kind in self.screens:  # screened rows: the whole base's shape, then n's
                     whole = ((engine.n, engine.list_shape()[0]),)

@@ -25,10 +25,10 @@ from ..index import IVFIndex
 from ..quantizers import BBQQuantizer
 from ..search.stored import to_stored
 from ..similarity import Similarity
+from .kinds import index_kind
 from .measure import Measurement, bootstrap_bounds, measure
-from .parts import flat_from_parts, ivf_coverage, ivf_fit, ivf_recoded, ivf_variant
+from .parts import ivf_coverage
 from .record import Configuration
-from .sizing import CONTAINER_BYTES, flat_sizes, ivf_sizes
 
 __all__ = ["Engine"]
 
@@ -49,6 +49,8 @@ class Engine:
         The vectors to index (may be memory-mapped; never written).
     similarity : Similarity
     index : {"flat", "ivf"}
+        The index kind (:data:`~.kinds.INDEX_KINDS`): ``kind`` names it, ``index_kind`` is
+        the object that says what it does differently.
     seed : int
     cluster_size : int
         IVF lists' target size.
@@ -63,6 +65,7 @@ class Engine:
         self.base = base
         self.similarity = similarity
         self.kind = index
+        self.index_kind = index_kind(index)
         self.seed = int(seed)
         self.cluster_size = int(cluster_size)
         self.cache_bytes = int(cache_bytes)
@@ -74,7 +77,7 @@ class Engine:
         self._fits: dict = {}
         self._entries_at: dict = {}
         self._reference: IVFIndex | None = None
-        self._reference_seconds = 0.0
+        self.reference_seconds = 0.0
         self._warm: set = set()
         self._per_query: dict = {}
         self.queries = None
@@ -96,10 +99,7 @@ class Engine:
         if kind not in self._stored:
             t0 = time.perf_counter()
             if kind == "float32":
-                if self.kind == "ivf":
-                    self._stored[kind] = self.reference()._segments[0].array
-                else:
-                    self._stored[kind] = self._prepared()
+                self._stored[kind] = self.index_kind.float_rows(self)
             else:
                 src = self.stored("float32")
                 parts = [to_stored(src[i : i + _BLOCK], kind) for i in range(0, self.n, _BLOCK)]
@@ -107,7 +107,8 @@ class Engine:
             self.timings["prepare"] += time.perf_counter() - t0
         return self._stored[kind]
 
-    def _prepared(self) -> np.ndarray:
+    def prepared(self) -> np.ndarray:
+        """The base as float32 rows prepared for the similarity (a new array)."""
         out = np.empty((self.n, self.dim), dtype=np.float32)
         for i in range(0, self.n, _BLOCK):
             block = check_vectors(self.base[i : i + _BLOCK], "X", dim=self.dim)
@@ -122,9 +123,9 @@ class Engine:
             ref = IVFIndex(q, cluster_size=self.cluster_size, seed=self.seed)
             ref.add(self.base, progress=False)
             self._reference = ref
-            self._reference_seconds = time.perf_counter() - t0
-            self.timings["reference"] += self._reference_seconds
-            self.log(f"IVF lists: {ref.n_lists} ({self._reference_seconds:.1f} s)")
+            self.reference_seconds = time.perf_counter() - t0
+            self.timings["reference"] += self.reference_seconds
+            self.log(f"IVF lists: {ref.n_lists} ({self.reference_seconds:.1f} s)")
         return self._reference
 
     def _fitted(self, point):
@@ -136,10 +137,7 @@ class Engine:
                 point.make_bits, "auto", self.similarity.value, point.precondition, self.seed
             )
             t0 = time.perf_counter()
-            if self.kind == "flat":
-                q.fit(self.base)
-            else:
-                ivf_fit(self.reference(), q, self.base)
+            self.index_kind.fit(self, q)
             self._fits[key] = (q, time.perf_counter() - t0)
             self.timings["encode"] += self._fits[key][1]
         return self._fits[key]
@@ -167,21 +165,9 @@ class Engine:
                 0.0,
             )
         t0 = time.perf_counter()
-        if self.kind == "flat":
-            q = default_qb if fitted else default_qb.fit(self.base)
-            enc = q.encode(self.base)
-            item = (q, enc, fit_seconds + time.perf_counter() - t0, _state_bytes(q))
-            size = (
-                enc.codes.nbytes
-                + enc.corrections.nbytes
-                + len(enc) * (16 + row.doc_bytes(self.dim))
-            )
-        else:
-            recoded = ivf_recoded(self.reference(), default_qb, self.base, fitted=fitted)
-            seconds = fit_seconds + time.perf_counter() - t0
-            item = (recoded, None, seconds, _state_bytes(recoded.quantizer))
-            post = recoded._postings
-            size = 2 * np.asarray(post.codes).nbytes + post.factors.nbytes + post.ids.nbytes
+        encoded, codes, q = self.index_kind.encode(self, default_qb, fitted)
+        item = (encoded, codes, fit_seconds + time.perf_counter() - t0, _state_bytes(q))
+        size = self.index_kind.encoded_bytes(self, encoded, codes, row)
         self.timings["encode"] += item[2] - fit_seconds
         self.log(f"encoded {entry.family} {point.make_bits:g}-bit {point.precondition} "
                  f"({item[2]:.1f} s)")  # fmt: skip
@@ -192,17 +178,8 @@ class Engine:
 
     def index_of(self, point, oversample=None, visit=None):
         """The index of a point (parts shared), with search defaults ``oversample`` / ``visit``."""
-        base, enc, _, _ = self._encoded(point)
-        qb = point.encoding.query_bits
-        store = point.store
-        if self.kind == "flat":
-            q = base if base.encoding_.query_bits == qb else base.with_query_bits(qb)
-            return flat_from_parts(q, enc, self.stored(store), store, oversample=oversample)
-        return ivf_variant(
-            base, query_bits=qb if base.encoding_.query_bits != qb else "keep",
-            store_vectors=store, vectors=self.stored(store), visit_percentage=visit,
-            oversample=oversample,
-        )  # fmt: skip
+        encoded, codes, _, _ = self._encoded(point)
+        return self.index_kind.index(self, encoded, codes, point, oversample, visit)
 
     # ------------------------------------------------------------------ measuring
     def measure(self, point, oversample=None, visit=None) -> Measurement:
@@ -265,8 +242,8 @@ class Engine:
     def entries_at(self, n: int) -> tuple:
         """``((n', entries_per_vector),)`` measured at the list density of ``n`` vectors
         (:func:`~.density.entries_at` on the shared lists' vectors); ``()`` when ``n`` is not
-        above the base or the index is flat."""
-        if self.kind != "ivf" or n <= self.n:
+        above the base or the index has no lists."""
+        if not self.index_kind.lists or n <= self.n:
             return ()
         if n not in self._entries_at:
             from .density import entries_at
@@ -283,14 +260,7 @@ class Engine:
 
     def bytes_per_vector(self, point) -> float:
         """Bytes each vector adds to the index (fixed costs such as a transform excluded)."""
-        is_l2 = self.similarity.is_distance
-        enc = self.encoding_of(point)
-        if self.kind == "flat":
-            disk, _ = flat_sizes(self.n, self.dim, enc, is_l2, point.store)
-            return (disk - CONTAINER_BYTES) / self.n
-        epv, vpl = self.list_shape()
-        disk, _ = ivf_sizes(self.n, self.dim, enc, point.store, epv, vpl, is_l2=is_l2)
-        return (disk - 2 * CONTAINER_BYTES) / self.n
+        return self.index_kind.bytes_per_vector(self, self.encoding_of(point), point.store)
 
     def configuration(self, point, oversample, visit, m: Measurement | None, *,
                       entries_at: tuple = ()) -> Configuration:  # fmt: skip
@@ -298,27 +268,24 @@ class Engine:
         list shapes measured at other vector counts, see :meth:`entries_at`)."""
         row = point.encoding
         _, _, seconds, state = self._encoded(point)
-        epv = vpl = None
-        if self.kind == "ivf":
-            epv, vpl = self.list_shape()
-            seconds += self._reference_seconds
-        saq = {}
+        fields, shared_seconds = self.index_kind.record_fields(self)
+        seconds += shared_seconds
+        planned = {}  # a budget family: its fitted plan's code length and coded segments
         if point.bits is not None:
             enc = self.encoding_of(point)
-            saq = dict(code_bytes=enc.doc_bytes(self.dim),
+            planned = dict(code_bytes=enc.doc_bytes(self.dim),
                        segments=(enc.corrections_dtype.itemsize - 4) // 8)  # fmt: skip
         return Configuration(
             index=self.kind, family=row.family, bits=point.make_bits, query_bits=row.query_bits,
             precondition=point.precondition, store_vectors=point.store,
             oversample=float(oversample) if point.store and oversample else None,
             visit_percentage=None if visit is None else float(visit),
-            similarity=self.similarity.value, k=self.k, seed=self.seed,
-            cluster_size=self.cluster_size if self.kind == "ivf" else None, dim=self.dim,
+            similarity=self.similarity.value, k=self.k, seed=self.seed, dim=self.dim,
             recall=None if m is None else m.recall,
             recall_low=None if m is None else m.recall_low,
             recall_ci=None if m is None else m.recall_ci,
             latency_ms=None if m is None else m.latency_ms,
             bytes_per_vector=self.bytes_per_vector(point), build_seconds=seconds,
-            n_measured=self.n, n_queries=len(self.queries), entries_per_vector=epv,
-            vectors_per_list=vpl, state_bytes=state, entries_at=tuple(entries_at), **saq,
+            n_measured=self.n, n_queries=len(self.queries), state_bytes=state,
+            entries_at=tuple(entries_at), **fields, **planned,
         )  # fmt: skip

@@ -63,16 +63,13 @@ class Configuration:
     # ------------------------------------------------------------------ derived
     @property
     def encoding(self) -> Encoding:
-        if self.family == "saq":
-            from ..quantizers.saq.encoding import SAQEncoding, saq_corrections_dtype
-
-            row = ENCODINGS.lookup("saq", 0, self.query_bits)
-            return SAQEncoding(
-                family="saq", doc_bits=self.bits, query_bits=row.query_bits, wire=row.wire,
-                layout=row.layout, corrections_dtype=saq_corrections_dtype(self.segments or 0),
-                default_oversample=row.default_oversample, indexes=row.indexes,
-                code_bytes=int(self.code_bytes or 0),
-            )  # fmt: skip
+        """The encoding the bytes follow from: the registry row, or the family's own for a
+        fitted plan (``FamilySpace.encoding_for_record``)."""
+        entry = self._space_entry(required=False)
+        make = None if entry is None else entry.encoding_for_record
+        if make is not None:
+            return make(self.bits, self.query_bits, code_bytes=self.code_bytes,
+                        segments=self.segments)  # fmt: skip
         return ENCODINGS.lookup(self.family, self.bits, self.query_bits)
 
     @property
@@ -95,12 +92,14 @@ class Configuration:
         return f"{self.index} {self.family} {bits}x{q}{pre}{store}{visit}"
 
     # ------------------------------------------------------------------ building
-    def _space_entry(self):
+    def _space_entry(self, required: bool = True):
         from .space import FULL_SPACE
 
         for entry in FULL_SPACE:
             if entry.family == self.family:
                 return entry
+        if not required:
+            return None
         raise ValueError(f"no search-space entry makes family {self.family!r}")
 
     def quantizer(self):
@@ -115,23 +114,9 @@ class Configuration:
         defaults (``oversample``, ``visit_percentage``, rerank when vectors are stored).
         ``path`` (IVF only): the directory the index lives in.
         """
-        from ..index import FlatIndex, IVFIndex
+        from .kinds import index_kind
 
-        if self.index == "flat":
-            if path is not None:
-                raise ValueError("path is for IVF configurations; save a FlatIndex with save()")
-            return FlatIndex(
-                self.quantizer(), store_vectors=self.store_vectors, oversample=self.oversample
-            )
-        return IVFIndex(
-            self.quantizer(),
-            cluster_size=self.cluster_size,
-            seed=self.seed,
-            path=path,
-            store_vectors=self.store_vectors,
-            visit_percentage=self.visit_percentage,
-            oversample=self.oversample,
-        )
+        return index_kind(self.index).build(self, self.quantizer(), path)
 
     def code(self) -> str:
         """Python that builds and searches this configuration (to paste)."""
@@ -146,14 +131,10 @@ class Configuration:
         args = [f"store_vectors={self.store_vectors!r}"]
         if self.oversample is not None:
             args.append(f"oversample={self.oversample:g}")
-        if self.index == "flat":
-            head = "index = bbqlib.FlatIndex(\n    " + quantizer + ",\n    "
-        else:
-            args = [f"cluster_size={self.cluster_size}", f"seed={self.seed}", *args]
-            args.append(f"visit_percentage={self.visit_percentage:g}")
-            head = "index = bbqlib.IVFIndex(\n    " + quantizer + ",\n    "
+        from .kinds import index_kind
+
         return (
-            "import bbqlib\n\n" + head + ", ".join(args) + ",\n)\n"
+            "import bbqlib\n\n" + index_kind(self.index).code(self, quantizer, args) + ",\n)\n"
             "index.add(X)\n"
             f"scores, ids = index.search(queries, k={self.k})\n"
         )

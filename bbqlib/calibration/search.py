@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .measure import Measurement
-from .space import OVERSAMPLES, VISITS
+from .space import OVERSAMPLES
 
 __all__ = ["Trial", "smart_search", "grid_search", "cheapest"]
 
@@ -99,7 +99,8 @@ class _Walk:
         self.log = log
         self.screen = screen
         self.trials: list[Trial] = []
-        self.ivf = engine.kind == "ivf"
+        self.lists = engine.index_kind.lists  # visit budgets to tune, pruned by coverage
+        self.budgets = engine.index_kind.visits  # those budgets (percent), ascending
         self._probe_visit: dict = {}
 
     def run(self, point, oversample, visit, phase) -> Measurement:
@@ -126,14 +127,15 @@ class _Walk:
     def visits(self, point, oversample) -> list[float]:
         """Budgets whose coverage can reach the target (ascending)."""
         depth = self._depth(point, oversample)
-        keep = [v for v in VISITS if self.e.coverage(v, depth).mean() >= self.target]
-        return keep or [VISITS[-1]]
+        keep = [v for v in self.budgets if self.e.coverage(v, depth).mean() >= self.target]
+        return keep or [self.budgets[-1]]
 
     def probe_visit(self, point) -> float:
         depth = self._depth(point, OVERSAMPLES[-1])
         if depth not in self._probe_visit:
             want = 1.0 - (1.0 - self.target) / 4.0
-            v = next((v for v in VISITS if self.e.coverage(v, depth).mean() >= want), VISITS[-1])
+            v = next((v for v in self.budgets if self.e.coverage(v, depth).mean() >= want),
+                     self.budgets[-1])  # fmt: skip
             self._probe_visit[depth] = v
         return self._probe_visit[depth]
 
@@ -141,7 +143,7 @@ class _Walk:
     def probe(self, point) -> tuple[bool, float | None]:
         """Whether the point can meet the target, and the largest visit budget to search."""
         o = OVERSAMPLES[-1]
-        if not self.ivf:
+        if not self.lists:
             return self.ok(self.run(point, o, None, "probe")), None
         v = self.probe_visit(point)
         m = self.run(point, o, v, "probe")
@@ -149,10 +151,11 @@ class _Walk:
             return True, v
         depth = self._depth(point, o)
         left_out = 1.0 - self.e.coverage(v, depth).mean()
-        if v < VISITS[-1] and self.score(m) + left_out >= self.target:
+        if v < self.budgets[-1] and self.score(m) + left_out >= self.target:
             # The budget left out enough neighbours to matter: try one that holds 99.9%.
-            v = next((x for x in VISITS if x > v and self.e.coverage(x, depth).mean() >= 0.999),
-                     VISITS[-1])  # fmt: skip
+            v = next((x for x in self.budgets
+                      if x > v and self.e.coverage(x, depth).mean() >= 0.999),
+                     self.budgets[-1])  # fmt: skip
             if self.ok(self.run(point, o, v, "probe")):
                 return True, v
         return False, None
@@ -170,7 +173,7 @@ class _Walk:
 
     def fastest(self, point, top_visit) -> Trial | None:
         """The fastest setting of a probed point that meets the target."""
-        if not self.ivf:
+        if not self.lists:
             if not point.store:
                 best = (None, None)
             else:
@@ -289,7 +292,7 @@ def grid_search(engine, points, target, *, max_bytes=None, max_latency=None, log
     for group in sorted(by_bytes):
         for p, b in by_bytes[group]:
             overs = OVERSAMPLES if p.store else (None,)
-            visits = VISITS if engine.kind == "ivf" else (None,)
+            visits = engine.index_kind.visits
             for o in overs:
                 for v in visits:
                     trials.append(Trial(p, o, v, engine.measure(p, o, v), b, "grid"))

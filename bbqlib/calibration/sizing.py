@@ -97,25 +97,12 @@ class Sizing:
         )
 
 
-def _factor_bytes(encoding: Encoding, is_l2: bool) -> int:
-    """Bytes of a doc's scan-side factor row: 16 (four float32), or SAQ's own record."""
-    return encoding.corrections(is_l2).itemsize if encoding.layout == "segments" else 16
-
-
 def flat_sizes(n: int, d: int, encoding: Encoding, is_l2: bool, store, state_bytes: int = 0):
     """``(disk, ram)`` bytes of a flat index of ``n`` vectors."""
-    code = encoding.doc_bytes(d)
     per = encoding.bytes_per_vector(d, is_l2) + stored_row_bytes(store, d)
     disk = n * per + state_bytes + CONTAINER_BYTES
-    if encoding.layout == "segments":
-        # SAQ's scan keeps its own copies: codes in blocks of 32, the record as columns and,
-        # per coded segment, two float32 columns (code norms, level sums).
-        segments = (encoding.corrections(is_l2).itemsize - 4) // 8
-        ram = n * (per + code + encoding.corrections(is_l2).itemsize + 8 * segments)
-        return int(disk), int(ram + state_bytes)
-    ram = n * (per + 16) + state_bytes
-    if use_lut(encoding.query_planes, encoding.layout):
-        ram += n * (code + 16)
+    lut = use_lut(encoding.query_planes, encoding.layout)
+    ram = n * (per + encoding.flat_scan_bytes(d, is_l2, lut)) + state_bytes
     return int(disk), int(ram)
 
 
@@ -131,11 +118,11 @@ def ivf_sizes(
 ):
     """``(disk, ram)`` bytes of an IVF index of ``n`` vectors (RAM: to serve from disk)."""
     code = encoding.doc_bytes(d)
-    factors = _factor_bytes(encoding, is_l2)
+    factors = encoding.scan_factor_bytes(is_l2)
     E = n * entries_per_vector
     K = max(1.0, n / vectors_per_list)
     lut = use_lut(encoding.query_planes, encoding.layout)
-    blocks = (E + 16 * K) * code if encoding.layout == "planes" else 0.0
+    blocks = encoding.posting_block_bytes(E, K, d)
     postings = E * (code + factors + 4) + blocks + 8 * n
     header = K * (5 * d + 56) + n / 8 + state_bytes
     disk = postings + header + n * stored_row_bytes(store, d) + 2 * CONTAINER_BYTES
@@ -165,10 +152,6 @@ def entries_per_vector_at(config, n: int) -> float:
     return points[-1][1]  # pragma: no cover
 
 
-def _log_ratio(n: int, cluster_size: int) -> float:
-    return max(1.0, math.log(max(2.0, n / max(1, cluster_size))))
-
-
 def sizing(n: int, d: int | None = None, config=None) -> Sizing:
     """RAM, disk, build time and latency of ``config`` at ``n`` vectors.
 
@@ -196,6 +179,7 @@ def sizing(n: int, d: int | None = None, config=None) -> Sizing:
     >>> bbqlib.sizing(1_000_000, 32, report.chosen).disk_bytes > 0
     True
     """
+    from .kinds import index_kind
     from .record import Configuration
 
     if not isinstance(config, Configuration):
@@ -208,13 +192,8 @@ def sizing(n: int, d: int | None = None, config=None) -> Sizing:
     enc = config.encoding
     store = config.store_vectors
     is_l2 = config.similarity == "euclidean"
-    if config.index == "flat":
-        disk, ram = flat_sizes(n, d, enc, is_l2, store, config.state_bytes)
-    else:
-        disk, ram = ivf_sizes(
-            n, d, enc, store, entries_per_vector_at(config, n), config.vectors_per_list,
-            config.state_bytes, is_l2,
-        )  # fmt: skip
+    kind = index_kind(config.index)
+    disk, ram = kind.sizes(config, n, d, enc, store, is_l2)
     depth = 0
     if store:
         depth = min(math.ceil(config.k * (config.oversample or 1.0)), 10_000, n)
@@ -225,7 +204,5 @@ def sizing(n: int, d: int | None = None, config=None) -> Sizing:
         latency = config.latency_ms * n / m
     if config.build_seconds is not None and m:
         build = config.build_seconds * n / m
-        if config.index == "ivf":
-            cs = config.cluster_size or 384
-            build *= _log_ratio(n, cs) / _log_ratio(m, cs)
+        build *= kind.build_scale(config, n, m)
     return Sizing(n, d, config.index, disk, ram, (disk - 2 * 8192) / n, rerank, build, latency)

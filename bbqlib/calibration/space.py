@@ -78,6 +78,10 @@ class FamilySpace:
         Average bits per dimension to try, for a family whose quantizer takes a budget
         (SAQ): each registry row is tried at every budget, ``make`` gets the budget as
         ``bits``, and the bytes are the fitted plan's.
+    encoding_for_record : callable, optional
+        ``encoding_for_record(bits, query_bits, *, code_bytes, segments) -> Encoding``: the
+        family's encoding of a recorded fitted plan (a budget family's hook, e.g.
+        :meth:`bbqlib.SAQQuantizer.encoding_for_record`); None: the registry row.
     """
 
     family: str
@@ -87,6 +91,7 @@ class FamilySpace:
     query_bits: str | tuple = "default+float"
     code: str = ""
     budgets: tuple[float, ...] | None = None
+    encoding_for_record: Callable[..., Encoding] | None = None
 
     def rows(self, index: str) -> list[Encoding]:
         """The registry rows of this entry an ``index`` ("flat" or "ivf") serves."""
@@ -141,14 +146,15 @@ SPACE: tuple[FamilySpace, ...] = (
                 code=_INT8_CODE.replace("{method}", "'per_dim'")),
     FamilySpace("int8_global", _int8("global"), (None,), (7,),
                 code=_INT8_CODE.replace("{method}", "'global'")),
-    FamilySpace("saq", _saq, (None,), None, "default", _SAQ_CODE, SAQ_BUDGETS),
+    FamilySpace("saq", _saq, (None,), None, "default", _SAQ_CODE, SAQ_BUDGETS,
+                SAQQuantizer.encoding_for_record),
 )  # fmt: skip
 
 #: Every registry row of every family (every doc and query width; SAQ, whose registry has
 #: fifteen query grids, with float, 4-bit and 8-bit queries).
 FULL_SPACE: tuple[FamilySpace, ...] = tuple(
     FamilySpace(f.family, f.make, f.preconditions, None,
-                (None, 4, 8) if f.budgets else "all", f.code, f.budgets)
+                (None, 4, 8) if f.budgets else "all", f.code, f.budgets, f.encoding_for_record)
     for f in SPACE
 )  # fmt: skip
 

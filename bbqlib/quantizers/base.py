@@ -137,6 +137,12 @@ class Quantizer:
 
     # -- capabilities ---------------------------------------------------------------------
     @property
+    def serves_lists(self) -> bool:
+        """Whether an IVF can post this family's codes to its lists (its registry rows list
+        the ``"ivf"`` index); a family served by :class:`~bbqlib.FlatIndex` only says no."""
+        return "ivf" in ENCODINGS.family(self.family).indexes
+
+    @property
     def supported_query_bits(self) -> tuple:
         """Query widths the family's registry rows accept (``None``: float query)."""
         return ENCODINGS.family(self.family).query_bits

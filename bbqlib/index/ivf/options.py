@@ -1,6 +1,6 @@
 """The quantizer an :class:`~bbqlib.IVFIndex` is built with, from its constructor arguments.
 
-Either a quantizer (any family whose registry rows list ``"ivf"``) or the options of the
+Either a quantizer (any family that serves lists, ``Quantizer.serves_lists``) or the options of the
 default :class:`~bbqlib.BBQQuantizer` (``bits``, ``query_bits``, ``similarity``,
 ``precondition``), never both; ``IVFIndex(bits, similarity, cluster_size)`` (bbqlib 0.1)
 still works with a ``FutureWarning`` until 0.4.
@@ -12,7 +12,6 @@ import warnings
 
 import numpy as np
 
-from ...encoding import ENCODINGS
 from ...quantizers import Quantizer
 from ..base import DEFAULT_OPTIONS, default_quantizer
 
@@ -54,7 +53,7 @@ def resolve_quantizer(quantizer, legacy: tuple, options: dict, seed, cluster_siz
         quantizer = default_quantizer(seed=seed, **opts)  # checked now, not after add()
     elif not isinstance(quantizer, Quantizer):
         raise TypeError(f"quantizer must be a bbqlib Quantizer, got {type(quantizer).__name__}")
-    elif "ivf" not in ENCODINGS.family(quantizer.family).indexes:
+    elif not quantizer.serves_lists:
         raise ValueError(
             f"{type(quantizer).__name__} codes are served by FlatIndex only (their registry "
             "rows list no 'ivf'); use bbqlib.FlatIndex"

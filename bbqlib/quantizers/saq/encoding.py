@@ -62,6 +62,16 @@ class SAQEncoding(Encoding):
     def query_bytes(self, dim: int) -> int:
         return 4 * int(dim)
 
+    def scan_factor_bytes(self, is_l2: bool = False) -> int:
+        """SAQ's scans read the whole record."""
+        return self.corrections(is_l2).itemsize
+
+    def flat_scan_bytes(self, dim: int, is_l2: bool = False, lut: bool = False) -> int:
+        """SAQ's flat scan keeps its own copies: codes in blocks of 32, the record as
+        columns and, per coded segment, two float32 columns (code norms, level sums)."""
+        record = self.corrections(is_l2).itemsize
+        return self.doc_bytes(dim) + record + 8 * ((record - 4) // 8)
+
     def __repr__(self) -> str:
         q = "float" if self.query_bits is None else f"{self.query_bits}-bit"
         return f"SAQEncoding({self.doc_bits:g} bits/dim [{self.plan}] x {q} queries)"

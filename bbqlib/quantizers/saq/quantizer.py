@@ -189,6 +189,19 @@ class SAQQuantizer(SAQScoring, SAQPairs, Quantizer):
     def _encoding_for_state(cls, params: dict):
         return ENCODINGS.lookup("saq", 0, params["query_bits"])
 
+    @classmethod
+    def encoding_for_record(cls, bits, query_bits, *, code_bytes=None, segments=None):
+        """The encoding a calibration record's bytes follow from: the registry row of
+        ``query_bits`` specialised to a plan of ``code_bytes`` and ``segments`` coded
+        segments at an average of ``bits`` (:class:`bbqlib.calibration.Configuration`)."""
+        row = ENCODINGS.lookup("saq", 0, query_bits)
+        return SAQEncoding(
+            family="saq", doc_bits=bits, query_bits=row.query_bits, wire=row.wire,
+            layout=row.layout, corrections_dtype=saq_corrections_dtype(segments or 0),
+            default_oversample=row.default_oversample, indexes=row.indexes,
+            code_bytes=int(code_bytes or 0),
+        )  # fmt: skip
+
     def _fit_transformed(self, X: np.ndarray) -> None:
         """PCA of ``X``, the segment plan, one random rotation per coded segment."""
         bits, model = self._check_params()
