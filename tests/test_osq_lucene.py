@@ -484,3 +484,10 @@ def test_subnormal_intervals_raise():
     q = bbqlib.BBQQuantizer(bits=7, similarity="euclidean", arithmetic="lucene").fit(X)
     with pytest.raises(ValueError, match="narrower than float32"):
         q.encode(X)
+
+
+def test_ivf_refuses_lucene_arithmetic():
+    # IVFIndex codes its lists in bbqlib's arithmetic: a Lucene mode there would not be Lucene's
+    with pytest.raises(ValueError, match="arithmetic='lucene'.*use bbqlib.FlatIndex"):
+        bbqlib.IVFIndex(bbqlib.BBQQuantizer(arithmetic="lucene"))
+    assert bbqlib.BBQQuantizer().serves_lists

@@ -140,7 +140,14 @@ class Quantizer:
     def serves_lists(self) -> bool:
         """Whether an IVF can post this family's codes to its lists (its registry rows list
         the ``"ivf"`` index); a family served by :class:`~bbqlib.FlatIndex` only says no."""
-        return "ivf" in ENCODINGS.family(self.family).indexes
+        return not self.no_lists_reason
+
+    @property
+    def no_lists_reason(self) -> str:
+        """Why an IVF cannot post these codes to its lists (empty when it can)."""
+        if "ivf" in ENCODINGS.family(self.family).indexes:
+            return ""
+        return "their registry rows list no 'ivf'"
 
     @property
     def supported_query_bits(self) -> tuple:

@@ -55,8 +55,8 @@ def resolve_quantizer(quantizer, legacy: tuple, options: dict, seed, cluster_siz
         raise TypeError(f"quantizer must be a bbqlib Quantizer, got {type(quantizer).__name__}")
     elif not quantizer.serves_lists:
         raise ValueError(
-            f"{type(quantizer).__name__} codes are served by FlatIndex only (their registry "
-            "rows list no 'ivf'); use bbqlib.FlatIndex"
+            f"{type(quantizer).__name__} codes are served by FlatIndex only "
+            f"({quantizer.no_lists_reason}); use bbqlib.FlatIndex"
         )
     elif given:
         raise ValueError(

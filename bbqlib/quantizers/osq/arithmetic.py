@@ -38,6 +38,8 @@ class Arithmetic:
     name: ClassVar[str] = ""
     #: Appended to the quantizer's fingerprint parts (codes of two arithmetics never mix).
     fingerprint_tag: ClassVar[tuple] = ()
+    #: Why an IVF cannot post these codes to its lists (empty: it can).
+    no_lists_reason: ClassVar[str] = ""
 
     def fit(self, q, X):  # pragma: no cover - abstract
         """Fit ``q`` on rows ``X`` (validate, fix the encoding and the centroid); returns ``q``."""

@@ -451,6 +451,9 @@ class LuceneArithmetic(Arithmetic):
     one-query kernel: every search runs the float32 scorer of the batch path."""
 
     name = "lucene"
+    # IVFIndex codes its lists against list centres in bbqlib's arithmetic; Lucene's own IVF
+    # format is not this one, so the Lucene mode would not be Lucene's there.
+    no_lists_reason = "arithmetic='lucene' is Lucene's flat-format arithmetic, not for lists"
     fingerprint_tag = ("lucene",)
 
     def fit(self, q, X):

@@ -119,6 +119,10 @@ class BBQQuantizer(Quantizer):
         super()._set_common(encoding, similarity, dim, transform)
         self.arithmetic_ = arithmetic_codec(self.arithmetic)
 
+    @property
+    def no_lists_reason(self) -> str:
+        return super().no_lists_reason or arithmetic_codec(self.arithmetic).no_lists_reason
+
     def _codec(self) -> Arithmetic:
         """The fit's arithmetic codec (NotFittedError before a fit)."""
         self._check_fitted()
