@@ -338,3 +338,13 @@ def test_results_render_keeps_rows_it_did_not_measure():
     out = render.carry_over(["### Sizing at 1M (d)\n\n| index | r |\n|---|---|\n| ivf | 2 |"], old)
     assert out[1] == "### Sizing at 1M (d)\n\n| index | r |\n|---|---|\n| ivf | 2 |"
     assert len(out) == 2
+
+
+def test_small_inputs_hold_out_fewer_queries_and_say_why_not():
+    X = np.random.default_rng(0).normal(size=(50, 16)).astype(np.float32)
+    report = bbqlib.calibrate(X, similarity="euclidean", progress=False)
+    assert report.chosen is not None and report.chosen.n_queries == 50 - 2 * 10
+    with pytest.raises(ValueError, match=r"n_queries \(X has 50 rows, k=10\)"):
+        bbqlib.calibrate(X, similarity="euclidean", progress=False, n_queries=200)
+    with pytest.raises(ValueError, match="X has 50 rows: too few"):
+        bbqlib.calibrate(X, similarity="euclidean", progress=False, k=30)

@@ -52,6 +52,8 @@ _INDEXES = (*INDEX_KINDS, "auto")
 _SEARCHES = ("smart", "grid", "full-grid")
 #: Bases of at least this many vectors are screened on a subsample first (search.py).
 SCREEN_ROWS = 400_000
+#: Queries held out of ``X`` when none are given (fewer when ``X`` is small).
+DEFAULT_QUERIES = 200
 _METRIC = {"euclidean": "l2", "cosine": "cosine"}
 
 
@@ -279,7 +281,7 @@ def calibrate(
     max_latency_ms: float | None = None,
     n: int | None = None,
     seed: int = 0,
-    n_queries: int = 200,
+    n_queries: int | None = None,
     search: str = "smart",
     space=None,
     cluster_size: int = 384,
@@ -312,8 +314,9 @@ def calibrate(
         :mod:`bbqlib.calibration.sizing`).
     seed : int
         Seeds quantizers, clustering and the query sample.
-    n_queries : int
-        Queries sampled from ``X`` when ``queries`` is None.
+    n_queries : int, optional
+        Queries sampled from ``X`` when ``queries`` is None; default
+        :data:`DEFAULT_QUERIES`, fewer when ``X`` has fewer than that plus ``2 k`` rows.
     search : {"smart", "grid", "full-grid"}
         The pruned walk, or every point at every setting (:mod:`bbqlib.calibration.search`):
         ``"grid"`` in groups of equal bytes up to the first that meets the target (the same
@@ -359,7 +362,16 @@ def calibrate(
         X = X.view(np.ndarray) if isinstance(X, np.memmap) else np.asarray(X)
         if X.ndim != 2:
             raise ValueError(f"X must be 2-D (n, d), got shape {X.shape}")
-        m = check_int(n_queries, "n_queries", 1, max(1, X.shape[0] - 2 * int(k)))
+        room = X.shape[0] - 2 * int(k)  # vectors beyond those the base needs for k neighbours
+        if room < 1:
+            raise ValueError(
+                f"X has {X.shape[0]} rows: too few to hold queries out and still find "
+                f"k={k} neighbours among the rest; pass queries=..., a smaller k, or more rows"
+            )
+        if n_queries is None:
+            m = min(DEFAULT_QUERIES, room)
+        else:
+            m = check_int(n_queries, f"n_queries (X has {X.shape[0]} rows, k={k})", 1, room)
         pick = np.sort(np.random.default_rng(seed).choice(X.shape[0], m, replace=False))
         keep = np.ones(X.shape[0], dtype=bool)
         keep[pick] = False
