@@ -275,6 +275,22 @@ class IVFIndex(GuardedWrites, Index):
         """Stored vectors of ascending ``rows``, decoded as float32 (a copy)."""
         return W.vectors_rows(self, rows)
 
+    def tune(self, queries=None, *, k: int = 10, target_recall: float = 0.9,
+             n_queries: int = 200, seed: int = 0):  # fmt: skip
+        """Measure and set this index's search defaults (``visit_percentage``,
+        ``oversample``): the cheapest setting whose recall@k reaches ``target_recall`` plus
+        a margin on ``queries`` (like the ones it will serve) or, by default, on a sample of
+        its own stored vectors, each left out of its own answer
+        (:mod:`bbqlib.index.ivf.tune`). Needs ``store_vectors``; ``save`` keeps the
+        defaults. Returns a :class:`~bbqlib.index.ivf.tune.Tuning` (``recall``, ``grid``,
+        ``seconds``)."""
+        from .tune import tune
+
+        with self._guard.reading():
+            self._check_fitted()
+            return tune(self, queries, k=k, target_recall=target_recall, n_queries=n_queries,
+                        seed=seed)  # fmt: skip
+
     # ------------------------------------------------------------------ deleting
     def delete(self, ids) -> None:
         """Delete vectors by id (tombstones: they are skipped by every later search).
