@@ -6,7 +6,7 @@ A coordinate of a uniformly random unit vector in ``R^d`` has the density
 minimise the expected squared error, found by Lloyd's iteration on a fine grid (as faiss's
 ``build_TurboQuantMSECodebook``: a uniform grid of at least 2^15 points, initial cells of
 equal mass, up to 300 rounds or a largest move below 1e-8), except that the initial cells
-have equal mass under the cube root of the density.
+have equal mass under the cube root of the density and the levels are kept symmetric.
 """
 
 from __future__ import annotations
@@ -66,6 +66,9 @@ def _codebook(dim: int, bits: int) -> tuple:
         left = np.concatenate([[-1.0], bounds])
         right = np.concatenate([bounds, [1.0]])
         new = np.clip(means(cuts, 0.5 * (left + right)), left, right)
+        # the density is even: keep the levels so (a grid cell would otherwise tip a
+        # boundary, and the discrete iteration can stop one grid step from symmetric)
+        new = 0.5 * (new - new[::-1])
         moved = np.max(np.abs(new - c))
         c = new
         if moved < _TOL:
