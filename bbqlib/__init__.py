@@ -20,6 +20,7 @@ from .quantizers import (
     RaBitQQuantizer,
     SAQQuantizer,
     ScalarQuantizer,
+    TurboQuantQuantizer,
 )
 from .runtime.threads import get_num_threads, set_num_threads, thread_limit
 from .runtime.warmup import start_numba as _start_numba
@@ -45,6 +46,7 @@ __all__ = [
     "SAQQuantizer",
     "ScalarQuantizer",
     "Similarity",
+    "TurboQuantQuantizer",
     "UnsupportedFormatError",
     "calibrate",
     "encoding_from_wire",

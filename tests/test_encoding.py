@@ -42,7 +42,9 @@ def test_every_pair_is_in_the_table():
 
 def test_families_and_their_rows():
     assert set(FAMILIES) == {"osq", "rabitq", "int8_per_dim", "int8_global", "saq"}
-    assert {e.family for e in ENCODINGS.values()} == set(FAMILIES)
+    # the built-in families, and those a family's own package registers (TurboQuant's)
+    packages = {"turboquant", "turboquant_prod"}
+    assert {e.family for e in ENCODINGS.values()} == set(FAMILIES) | packages
     assert all(e.layout == "planes" for e in ENCODINGS.rows("rabitq"))
     assert get_encoding(2, family="rabitq").query_bits is None
     assert get_encoding(1, family="rabitq").corrections_dtype == RABITQ_CORRECTIONS_U16

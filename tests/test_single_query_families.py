@@ -16,6 +16,7 @@ from bbqlib._kernels import fused as KF
 from bbqlib._kernels import single as KO
 from bbqlib.index.flat.one import _flat_one_of
 from bbqlib.index.ivf import one as single_ivf
+from bbqlib.quantizers.turboquant import kernels as KT
 
 #: (name, quantizer factory, the fused IVF kernel it runs or None for the batch path).
 FAMILIES = [
@@ -37,6 +38,13 @@ FAMILIES = [
     ("int8-global", lambda s: bbqlib.ScalarQuantizer(bits=8, method="global", similarity=s),
      KF.ivf_grid_fused),
     ("saq2", lambda s: bbqlib.SAQQuantizer(bits=2.0, similarity=s, seed=0), KF.ivf_saq_fused),
+    ("turboquant4", lambda s: bbqlib.TurboQuantQuantizer(bits=4, similarity=s, seed=0),
+     KT.ivf_turboquant_fused),
+    ("turboquant1", lambda s: bbqlib.TurboQuantQuantizer(bits=1, similarity=s, seed=0),
+     KT.ivf_turboquant_fused),
+    ("turboquant-prod3",
+     lambda s: bbqlib.TurboQuantQuantizer(bits=3, variant="prod", similarity=s, seed=0),
+     KT.ivf_turboquant_fused),
 ]  # fmt: skip
 SIMILARITIES = ["euclidean", "cosine", "max_inner_product"]
 
