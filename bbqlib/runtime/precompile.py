@@ -38,6 +38,8 @@ FAMILIES = {
     "int8_per_dim": ("ScalarQuantizer", {"bits": 8, "method": "per_dim"}),
     "int8_global": ("ScalarQuantizer", {"bits": 8, "method": "global"}),
     "saq": ("SAQQuantizer", {"bits": 2.0, "seed": 0}),
+    "turboquant_mse": ("TurboQuantQuantizer", {"bits": 4, "variant": "mse", "seed": 0}),
+    "turboquant_prod": ("TurboQuantQuantizer", {"bits": 3, "variant": "prod", "seed": 0}),
 }
 #: The families of the default index (``FlatIndex()`` and ``IVFIndex()``: BBQ 1-bit).
 DEFAULT_FAMILIES = ("bbq1",)
@@ -61,8 +63,8 @@ class PrecompileReport:
     cache_bytes_after: int = 0
 
     def __str__(self) -> str:
-        lines = [f"{'family':<14} {'index':<6} {'seconds':>8}"]
-        lines += [f"{f:<14} {k:<6} {s:8.1f}" for (f, k), s in self.seconds.items()]
+        lines = [f"{'family':<16} {'index':<6} {'seconds':>8}"]
+        lines += [f"{f:<16} {k:<6} {s:8.1f}" for (f, k), s in self.seconds.items()]
         lines.append(f"total {self.total_seconds:.1f} s; kernel cache {self.cache_dir}: "
                      f"{self.cache_bytes_before / 1e6:.1f} MB before, "
                      f"{self.cache_bytes_after / 1e6:.1f} MB after")  # fmt: skip
@@ -182,7 +184,7 @@ def precompile(indexes="all", families=None, similarities="all", *, mapped: bool
                     _one_case(kind, family, similarity, mapped, Path(tmp))
                 report.seconds[(family, kind)] = time.perf_counter() - t0
                 if progress is not None:
-                    progress(f"{family:<14} {kind:<6} {report.seconds[(family, kind)]:6.1f} s")
+                    progress(f"{family:<16} {kind:<6} {report.seconds[(family, kind)]:6.1f} s")
     report.total_seconds = time.perf_counter() - start
     report.cache_bytes_after = _folder_bytes(cache_dir())
     return report
