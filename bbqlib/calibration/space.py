@@ -16,7 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..encoding import ENCODINGS, Encoding
-from ..quantizers import BBQQuantizer, Quantizer, RaBitQQuantizer, SAQQuantizer, ScalarQuantizer
+from ..quantizers import (
+    BBQQuantizer,
+    Quantizer,
+    RaBitQQuantizer,
+    SAQQuantizer,
+    ScalarQuantizer,
+    TurboQuantQuantizer,
+)
 from ..search.stored import stored_row_bytes
 
 __all__ = [
@@ -43,6 +50,14 @@ def _rabitq(bits, query_bits, similarity, precondition, seed) -> Quantizer:
 
 def _saq(bits, query_bits, similarity, precondition, seed) -> Quantizer:
     return SAQQuantizer(bits, None if query_bits == "auto" else query_bits, similarity, seed)
+
+
+def _turboquant(variant: str):
+    def make(bits, query_bits, similarity, precondition, seed) -> Quantizer:
+        return TurboQuantQuantizer(bits, variant=variant, similarity=similarity,
+                                   rotation=precondition or "dense", seed=seed)  # fmt: skip
+
+    return make
 
 
 def _int8(method: str):
@@ -127,6 +142,10 @@ _SAQ_CODE = (
     "bbqlib.SAQQuantizer(bits={bits}, query_bits={query_bits}, similarity={similarity}, "
     "seed={seed})"
 )
+_TURBOQUANT_CODE = (
+    "bbqlib.TurboQuantQuantizer(bits={bits}, variant={variant}, similarity={similarity}, "
+    "rotation={precondition}, seed={seed})"
+)
 _INT8_CODE = (
     "bbqlib.ScalarQuantizer(bits={bits}, method={method}, similarity={similarity}, "
     "query_bits={query_bits}, precondition={precondition}, seed={seed})"
@@ -138,7 +157,8 @@ SAQ_BUDGETS: tuple[float, ...] = (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0)
 
 #: The default search space: Lucene's BBQ widths with and without a Hadamard preconditioner,
 #: RaBitQ at 1, 2 and 4 bits, the two int8 grids (each with its default query and a float
-#: query) and SAQ at :data:`SAQ_BUDGETS` (float queries).
+#: query) and SAQ at :data:`SAQ_BUDGETS` (float queries);
+#: TurboQuant at 1, 2 and 4 bits (MSE) and 2 and 4 bits (unbiased inner products).
 SPACE: tuple[FamilySpace, ...] = (
     FamilySpace("osq", _bbq, (None, "hadamard"), (1, 2, 4, 7), code=_BBQ_CODE),
     FamilySpace("rabitq", _rabitq, ("hadamard",), (1, 2, 4), code=_RABITQ_CODE),
@@ -146,6 +166,10 @@ SPACE: tuple[FamilySpace, ...] = (
                 code=_INT8_CODE.replace("{method}", "'per_dim'")),
     FamilySpace("int8_global", _int8("global"), (None,), (7,),
                 code=_INT8_CODE.replace("{method}", "'global'")),
+    FamilySpace("turboquant", _turboquant("mse"), ("dense",), (1, 2, 4),
+                code=_TURBOQUANT_CODE.replace("{variant}", "'mse'")),
+    FamilySpace("turboquant_prod", _turboquant("prod"), ("dense",), (2, 4),
+                code=_TURBOQUANT_CODE.replace("{variant}", "'prod'")),
     FamilySpace("saq", _saq, (None,), None, "default", _SAQ_CODE, SAQ_BUDGETS,
                 SAQQuantizer.encoding_for_record),
 )  # fmt: skip
