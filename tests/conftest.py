@@ -16,13 +16,23 @@ SHARED_DATA = SHARED / "data"
 @pytest.fixture(autouse=True, scope="session")
 def _single_query_paths_from_the_first_query():
     """The single-query paths run from the first query: their tiering on an empty kernel
-    cache (``COMPILE_SINGLE_AFTER``) is tested on its own (tests/test_single_query.py)."""
+    cache (``COMPILE_SINGLE_AFTER``) and its compiling child are tested on their own
+    (tests/test_single_query.py, tests/test_background_compile.py); no other test starts a
+    child process that outlives it."""
+    import os
+
+    from bbqlib.index import background
     from bbqlib.index import tiers as single
 
-    before = single.COMPILE_SINGLE_AFTER
+    before = single.COMPILE_SINGLE_AFTER, os.environ.get(background.BACKGROUND_ENV)
     single.COMPILE_SINGLE_AFTER = 0.0
+    os.environ[background.BACKGROUND_ENV] = "0"
     yield
-    single.COMPILE_SINGLE_AFTER = before
+    single.COMPILE_SINGLE_AFTER = before[0]
+    if before[1] is None:
+        os.environ.pop(background.BACKGROUND_ENV, None)
+    else:
+        os.environ[background.BACKGROUND_ENV] = before[1]
 
 
 @pytest.fixture

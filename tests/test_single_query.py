@@ -604,6 +604,7 @@ def test_a_closed_tier_answers_by_the_batch_path(kind, make_vectors, monkeypatch
     monkeypatch.setattr(tier, "_kernel", _Kernel())
     monkeypatch.setattr(tier, "_ready", False)
     monkeypatch.setattr(tier, "batch_seconds", 0.0)
+    monkeypatch.setattr(tier, "_child", None)  # the global tier's: none after this test
     calls = []
     real = getattr(module, name)
     monkeypatch.setattr(module, name, lambda *a: calls.append(1) or real(*a))
