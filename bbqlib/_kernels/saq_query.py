@@ -17,6 +17,12 @@ path stores it), ``rounding_s = err_s / sqrt(d_s)`` and ``trunc_s = ‖y_s‖ sq
 Every sum runs sequentially over the segment's dimensions in float64 (one fixed order, so a
 query's numbers do not depend on the batch it came in, the thread count or NumPy's pairwise
 summation). ``tests/reference/saq.py`` holds the NumPy twins.
+
+:func:`rotate_rows` puts query rows in SAQ's frame (``y = x @ F``, ``F`` the coded columns
+of the PCA frame): each output is accumulated in float32 over the input dimensions in
+order, ``y_j = (((0 + x_0 F_0j) + x_1 F_1j) + ...)``, one fixed order, so a query rotated
+alone (inside the fused IVF call) equals its row of a batch bit for bit, which a BLAS product
+of one row does not promise.
 """
 
 from __future__ import annotations
@@ -26,15 +32,52 @@ import numpy as np
 from .lut import tables_from_codes
 from .policy import kernel, parallel_kernel, prange
 
-__all__ = ["QUERY_FLOATS_PER_THREAD", "fastscan_tables", "round_queries", "segment_constants"]
+__all__ = [
+    "QUERY_FLOATS_PER_THREAD",
+    "ROTATION_WORK_PER_THREAD",
+    "fastscan_tables",
+    "rotate_row",
+    "rotate_rows",
+    "round_queries",
+    "segment_constants",
+]
 
 #: Query floats per thread: enough work to outweigh a parallel region's fork and join
 #: (docs/threads.md), so one query or a batch of a few hundred runs on the calling thread.
 QUERY_FLOATS_PER_THREAD = 200_000
+#: Multiply-adds of :func:`rotate_rows` per thread (about 20 queries of 384 x 256), by the
+#: same rule.
+ROTATION_WORK_PER_THREAD = 2_000_000
 
 
 def _query_work(Qc, *rest) -> int:
     return Qc.shape[0] * Qc.shape[1]
+
+
+def _rotation_work(X, F, out) -> int:
+    return X.shape[0] * F.shape[0] * F.shape[1]
+
+
+@kernel
+def rotate_row(x, F, out):
+    """``out[j] = Σ_i x[i] F[i, j]`` in float32, ``i`` in order (module doc); ``x`` float32
+    [d], ``F`` float32 [d, m] C-contiguous, ``out`` float32 [m]. The sweep over ``j`` for
+    each ``i`` is what vectorizes (no sum is reordered)."""
+    d = F.shape[0]
+    m = F.shape[1]
+    for j in range(m):
+        out[j] = np.float32(0.0)
+    for i in range(d):
+        xi = np.float32(x[i])
+        for j in range(m):
+            out[j] = out[j] + xi * F[i, j]
+
+
+@parallel_kernel(work=_rotation_work, min_work=ROTATION_WORK_PER_THREAD)
+def rotate_rows(X, F, out):
+    """:func:`rotate_row` of every row: ``X`` float32 [nq, d], ``out`` float32 [nq, m]."""
+    for q in prange(X.shape[0]):
+        rotate_row(X[q], F, out[q])
 
 
 @kernel(inline="always")

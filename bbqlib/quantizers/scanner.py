@@ -6,7 +6,7 @@ scanner names the fused kernel of its code layout (:mod:`bbqlib._kernels.fused`)
 family's *middle*: the arguments with which that kernel codes the query against each visited
 list's centre and scans the list. The index supplies the rest (the plan, the list and row
 checks, the rerank). A scanner that returns None from :meth:`Scanner.ivf_one` leaves the
-query to the batch path (e.g. Lucene's arithmetic, SAQ for now), which gives the same
+query to the batch path (e.g. Lucene's arithmetic), which gives the same
 results.
 
 Scanners are shared by concurrent searches: they hold only what derives from the fitted
@@ -51,7 +51,7 @@ class IVFOne(NamedTuple):
     arguments, without the trailing ``(allowed, heap, depth)`` the index appends;
     ``checks``: ``(lists_ok, list_crcs, block_start, check_bytes, check_width)``, what the
     kernel's list checks read (the lists' flags are marked in place as lists pass);
-    ``prepare``: optional, the family's per-query arrays (below).
+    ``prepare``: optional, the family's per-call arguments (below).
     """
 
     kernel: object
@@ -60,10 +60,10 @@ class IVFOne(NamedTuple):
     prepare: object = None
 
 
-#: ``IVFOne.prepare(qt, reranked) -> tuple | None``: the family's per-query arrays, made in
-#: Python before the call from the prepared, transformed query ``qt`` float32 [1, d]
-#: (``reranked``: the exact rerank picks ``k`` of more candidates), put before ``middle``;
-#: None leaves this query to the batch path.
+#: ``IVFOne.prepare(reranked) -> tuple | None``: the family's arguments of one call that
+#: depend on its settings (``reranked``: the exact rerank picks ``k`` of more candidates) or
+#: on module settings read per call, put before ``middle``; None leaves this query to the
+#: batch path. The query's own arrays are made inside the fused kernel.
 
 
 class FlatOne(NamedTuple):

@@ -126,13 +126,13 @@ class SAQPairs:
         else:
             codes, factors = postings.codes, postings.factors
             entry_ids, list_start = postings.ids, postings.start
-        Y = self.rotate(Qt)
+        Yc = self.rotate_queries(Qt)
         add = self.pair_adds(Qt, centres, list_cc, pair_query, pair_list)
         a = self.plan_.arrays()
         pair_list = np.ascontiguousarray(pair_list, dtype=np.int32)
         pair_start = np.ascontiguousarray(pair_start, dtype=np.int64)
         if mode == "plain":
-            tables, qconst = self._frame_tables(Y)
+            tables, qconst = self._frame_tables(Yc)
             KI.ivf_scan_saq(
                 tables, qconst, add, pair_list, pair_start, list_start, codes, factors,
                 entry_ids, a["start"], a["dims"], a["bits"], a["msb_off"], a["low_off"],
@@ -142,7 +142,6 @@ class SAQPairs:
         from .search import PREFILTER_Z, fastscan_queries, float_rows
 
         blocks, block_starts, cols, ksum, gnorm, gmax = self._ivf_fast_docs(postings)
-        Yc = np.ascontiguousarray(Y[:, : self.plan_.coded_dims], dtype=np.float32)
         tables, lo, step, w, const, rounding, _ = fastscan_queries(self, Yc, a["bits"])
         refine = mode == "two-pass"
         if refine:

@@ -296,6 +296,18 @@ class SAQQuantizer(SAQScoring, SAQPairs, Quantizer):
         """Prepared rows in SAQ's frame (float32 [n, D_p], not centred): ``X @ frame_``."""
         return np.asarray(X, dtype=np.float32) @ self.frame_
 
+    def rotate_queries(self, Qt: np.ndarray) -> np.ndarray:
+        """Prepared query rows in SAQ's frame, coded dimensions only (float32 [nq, coded]):
+        :func:`bbqlib._kernels.saq_query.rotate_rows`, whose fixed order makes a query
+        alone (the fused IVF call) equal to its row of a batch."""
+        from ..._kernels.saq_query import rotate_rows
+
+        X = np.ascontiguousarray(Qt, dtype=np.float32)
+        out = np.empty((len(X), self.plan_.coded_dims), dtype=np.float32)
+        if len(X):
+            rotate_rows(X, self._coded, out)
+        return out
+
     def encode(self, X) -> EncodedVectors:
         """Codes (``plan_.code_bytes`` per vector) and ``4 + 8 S`` bytes of factors."""
         X = self._validated(X, "X")

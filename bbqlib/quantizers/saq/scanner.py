@@ -185,42 +185,26 @@ class SAQScanner(Scanner):
 
 
 class _Prepare:
-    """The per-query arrays of SAQ's fused IVF call, as :meth:`SAQQuantizer.scan_pairs` makes
-    them for a batch (the same kernels: one query equals its row of a batch); ``IVF_SCAN`` is
-    read per query. Holds no query's state (concurrent searches share it)."""
+    """The per-call arguments of SAQ's fused IVF call: the list scan ``IVF_SCAN`` picks
+    (read per query), one pass or two; the query's own arrays are made in the call.
+    Holds no query's state (concurrent searches share it)."""
 
     def __init__(self, q):
-        from ..._kernels.saq_query import fastscan_tables
         from . import lists
-        from .search import PREFILTER_Z, float_rows
+        from .search import PREFILTER_Z
 
-        a = q.plan_.arrays()
+        keep = np.ascontiguousarray(q.plan_.arrays()["bits"], dtype=np.int64)  # every plane
         self.q = q
-        self.coded = q.plan_.coded_dims
-        keep = np.ascontiguousarray(a["bits"], dtype=np.int64)  # every plane: one pass
-        self.segments = (a["start"], a["dims"], a["bits"], keep)
-        self.width = 2 * (self.coded // 8) * 32
-        self.tables_of = fastscan_tables.serial  # one row: the parallel kernel's body
-        self.lists, self.float_rows, self.z = lists, float_rows, PREFILTER_Z
-        self.modes = {}  # (IVF_SCAN, reranked) -> the list scan (ivf_scan_mode)
+        self.lists = lists
+        self.fixed = (float(PREFILTER_Z), q._coded, keep)
+        self.modes = {}  # (IVF_SCAN, reranked) -> the call's arguments, None for "plain"
 
-    def __call__(self, qt, reranked: bool):
-        """``(tables, lo, step, w, const, qerr, frows, fconst, refine)`` of the prepared,
-        transformed query ``qt`` [1, d], or None for the float-table scan (the batch path)."""
+    def __call__(self, reranked: bool):
+        """``(refine, z, frame, keep)`` or None where the float-table scan serves (the
+        batch path)."""
         scan = self.lists.IVF_SCAN
-        mode = self.modes.get((scan, reranked))
-        if mode is None:
-            mode = self.modes[(scan, reranked)] = self.lists.ivf_scan_mode(self.q, scan, reranked)
-        if mode == "plain":
-            return None
-        Yc = np.ascontiguousarray(self.q.rotate(qt)[:, : self.coded], dtype=np.float32)
-        tables = np.empty((1, self.width), dtype=np.uint8)
-        lo, step, w, const, rounding, trunc = np.empty((6, 1, len(self.segments[0])))
-        self.tables_of(Yc, *self.segments, tables, lo, step, w, const, rounding, trunc)
-        refine = mode == "two-pass"
-        if refine:
-            # the float query whatever query_bits is (no copy of the quantizer per call)
-            frows, fconst, _ = self.float_rows(self.q, Yc, unrounded=True)
-        else:
-            frows, fconst = np.zeros((1, 8), np.float32), np.zeros((1, 1))
-        return (tables, lo, step, w, const, self.z * rounding, frows, fconst, refine)
+        key = (scan, reranked)
+        if key not in self.modes:
+            mode = self.lists.ivf_scan_mode(self.q, scan, reranked)
+            self.modes[key] = None if mode == "plain" else (mode == "two-pass", *self.fixed)
+        return self.modes[key]
