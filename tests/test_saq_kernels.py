@@ -448,7 +448,7 @@ def test_rotate_rows_match_reference(d, m):
     """The queries' rotation equals the reference bit for bit (one float32 order), on random
     and adversarial rows (``_adversarial``: huge values overflow to inf as in NumPy), and a
     row alone equals its row of a batch."""
-    from bbqlib._kernels.saq_query import rotate_row, rotate_rows
+    from bbqlib._kernels.saq_query import rotate_block, rotate_rows
 
     rng = np.random.default_rng(d + m)
     F = rng.standard_normal((d, m)).astype(np.float32)
@@ -462,7 +462,7 @@ def test_rotate_rows_match_reference(d, m):
     ok = np.abs(X).max(1) < 1e20
     bound = (d + 1) * 2.0**-24 * (np.abs(X[ok]).astype(np.float64) @ np.abs(F)) + 1e-37
     assert np.all(np.abs(out[ok] - exact[ok]) <= bound)  # a float32 sum of d products
-    one = np.empty(m, dtype=np.float32)
+    one = np.empty((1, m), dtype=np.float32)
     for q in range(len(X)):
-        rotate_row(X[q], F, one)
-        np.testing.assert_array_equal(one, out[q])
+        rotate_block(X[q : q + 1], 0, 1, F, one)
+        np.testing.assert_array_equal(one[0], out[q])

@@ -41,7 +41,7 @@ from .crc32 import check_lists, check_rows
 from .pairs import grid_pair_rows, residual_pair_rows, scaled_pair_rows
 from .policy import kernel
 from .saq_ivf import ivf_fastscan_saq, pair_terms
-from .saq_query import fastscan_tables, rotate_row, segment_constants
+from .saq_query import fastscan_tables, rotate_block, segment_constants
 from .scoring import EMPTY_ID
 from .single import (
     _ONE,
@@ -310,7 +310,7 @@ def _saq_query(q2, frame, start, dims, bits, keep, z, refine):
     S = start.shape[0]
     coded = frame.shape[1]
     yc = np.empty((1, coded), dtype=np.float32)
-    rotate_row(q2[0], frame, yc[0])
+    rotate_block(q2, 0, 1, frame, yc)
     tables = np.empty((1, 2 * (coded // 8) * 32), dtype=np.uint8)
     lo = np.empty((1, S))
     step = np.empty((1, S))
@@ -332,7 +332,7 @@ def _saq_query(q2, frame, start, dims, bits, keep, z, refine):
 
 @kernel
 def ivf_saq_fused(x, qp, qt, front, middle, back, outs):
-    """SAQ: the query in SAQ's frame (:func:`bbqlib._kernels.saq_query.rotate_row`), its
+    """SAQ: the query in SAQ's frame (:func:`bbqlib._kernels.saq_query.rotate_block`), its
     4-bit nibble tables (:func:`bbqlib._kernels.saq_query.fastscan_tables`: they serve every
     list), each visited list's ``‖q - c‖²`` or ``<q, c>``
     (:func:`bbqlib._kernels.saq_ivf.pair_terms`) and the lookup-table list scan, one pass or
