@@ -103,7 +103,7 @@ def scan_pairs(
     ``reranked``: the caller re-scores more than ``k`` of the heaps' entries with the
     exact vectors, so ``"auto"`` takes the one 4-bit pass for float queries too
     (:func:`ivf_scan_mode`). The queries are put in SAQ's frame by
-    :meth:`SAQQuantizer.rotate_queries`, as the fused one-query call does.
+    ``SAQQuantizer._frame_queries``, as the fused one-query call does.
     Returns the entries re-scored per query (two-pass), else None.
     """
     from ..._kernels import saq_ivf as KI
@@ -117,7 +117,7 @@ def scan_pairs(
     else:
         codes, factors = postings.codes, postings.factors
         entry_ids, list_start = postings.ids, postings.start
-    Yc = q.rotate_queries(Qt)
+    Yc = q._frame_queries(Qt)
     add = pair_adds(q, Qt, centres, list_cc, pair_query, pair_list)
     a = q.plan_.arrays()
     is_l2 = q.similarity_.is_distance

@@ -320,7 +320,7 @@ class SAQQuantizer(Quantizer):
         """Prepared rows in SAQ's frame (float32 [n, D_p], not centred): ``X @ frame_``."""
         return np.asarray(X, dtype=np.float32) @ self.frame_
 
-    def rotate_queries(self, Qt: np.ndarray) -> np.ndarray:
+    def _frame_queries(self, Qt: np.ndarray) -> np.ndarray:
         """Prepared query rows in SAQ's frame, coded dimensions only (float32 [nq, coded]):
         :func:`bbqlib._kernels.saq_query.rotate_rows`, whose fixed order makes a query
         alone (the fused IVF call) equal to its row of a batch."""
