@@ -143,7 +143,7 @@ def test_encode_rotated_is_the_residual_hook():
         c = X[0].astype(np.float64)
         enc3 = q.encode_rotated(q.rotate(X), q.rotate(c[None])[0])
         Qc, q_add = q.query_parts_rotated(q.rotate(Q), q.rotate(c[None])[0])
-        est = q._estimate_parts(Qc, q_add, enc3)
+        est = q.scanner().estimate_parts(Qc, q_add, enc3)
         exact = exact_raw(q.similarity_, Q, X.astype(np.float64))
         assert np.corrcoef(est.ravel(), exact.ravel())[0, 1] > 0.8
 
@@ -305,6 +305,34 @@ def test_scorer_matches_estimate():
         q.scorer(Q[:2], enc)
     with pytest.raises(ValueError, match="ids"):
         q.scorer(Q[0], enc)([400])
+
+
+def test_scoring_is_the_base_routed_to_the_scanner():
+    """One class, no mixins: ``estimate``, ``search``, ``topk_keys`` and ``scorer`` are the
+    base quantizer's, which hand the work (and ``scan=``) to :class:`SAQScanner`; a family
+    without scan options refuses ``scan=``."""
+    from bbqlib.quantizers.base import Quantizer
+    from bbqlib.quantizers.saq.scanner import SAQScanner
+
+    assert SAQQuantizer.__bases__ == (Quantizer,)
+    for name in ("estimate", "search", "topk_keys", "scorer"):
+        assert name not in vars(SAQQuantizer)
+    X, Q = _data("euclidean", n=300)
+    q = SAQQuantizer(bits=2, similarity="euclidean").fit(X)
+    enc = q.encode(X)
+    scanner = q.scanner()
+    assert isinstance(scanner, SAQScanner)
+    np.testing.assert_array_equal(q.estimate(Q, enc), scanner.estimate(Q, enc))
+    for scan in ("auto", "plain"):
+        raw, ids = q.search(Q, enc, 7, scan=scan)
+        keys, want = scanner.topk_keys(q._validated(Q, "Q"), enc, 7, scan=scan)
+        np.testing.assert_array_equal(ids, want)
+        np.testing.assert_array_equal(raw, -keys)
+    with pytest.raises(ValueError, match="scan must be one of"):
+        q.search(Q, enc, 3, scan="fast")
+    bbq = bbqlib.BBQQuantizer(bits=1, similarity="euclidean").fit(X)
+    with pytest.raises(TypeError):
+        bbq.search(Q, bbq.encode(X), 3, scan="plain")
 
 
 def test_public_api():

@@ -441,3 +441,28 @@ def test_query_preparation_through_the_quantizer_helpers():
                 np.testing.assert_array_equal(a1[0], b[i])
             for a1, b in zip(float_rows(q, Q[i : i + 1]), (frows, fconst, rounding), strict=True):
                 np.testing.assert_array_equal(a1[0], b[i])
+
+
+@pytest.mark.parametrize("d, m", [(1, 1), (7, 16), (64, 32), (130, 96)])
+def test_rotate_rows_match_reference(d, m):
+    """The queries' rotation equals the reference bit for bit (one float32 order), on random
+    and adversarial rows (``_adversarial``: huge values overflow to inf as in NumPy), and a
+    row alone equals its row of a batch."""
+    from bbqlib._kernels.saq_query import rotate_block, rotate_rows
+
+    rng = np.random.default_rng(d + m)
+    F = rng.standard_normal((d, m)).astype(np.float32)
+    X = np.concatenate([rng.standard_normal((5, d)).astype(np.float32), _adversarial(d, rng)])
+    out = np.empty((len(X), m), dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        rotate_rows(X, F, out)
+        want = ref.rotate_rows(X, F)
+    np.testing.assert_array_equal(out, want)
+    exact = X.astype(np.float64) @ F.astype(np.float64)
+    ok = np.abs(X).max(1) < 1e20
+    bound = (d + 1) * 2.0**-24 * (np.abs(X[ok]).astype(np.float64) @ np.abs(F)) + 1e-37
+    assert np.all(np.abs(out[ok] - exact[ok]) <= bound)  # a float32 sum of d products
+    one = np.empty((1, m), dtype=np.float32)
+    for q in range(len(X)):
+        rotate_block(X[q : q + 1], 0, 1, F, one)
+        np.testing.assert_array_equal(one[0], out[q])

@@ -41,6 +41,7 @@ from .crc32 import check_lists, check_rows
 from .pairs import grid_pair_rows, residual_pair_rows, scaled_pair_rows
 from .policy import kernel
 from .saq_ivf import ivf_fastscan_saq, pair_terms
+from .saq_query import fastscan_tables, rotate_block, segment_constants
 from .scoring import EMPTY_ID
 from .single import (
     _ONE,
@@ -70,6 +71,8 @@ _scan_float = KI.ivf_scan_float.serial
 _dedup = KI.dedup_topk_rows.serial
 _pair_terms = pair_terms.serial
 _scan_saq = ivf_fastscan_saq.serial
+_saq_tables = fastscan_tables.serial
+_saq_constants = segment_constants.serial
 
 
 @kernel
@@ -298,25 +301,60 @@ def ivf_grid_fused(x, qp, qt, front, middle, back, outs):
     return ivf_back(qp, best, rows, back, outs), P, entries
 
 
+@kernel(inline="always")
+def _saq_query(q2, frame, start, dims, bits, keep, z, refine):
+    """The query's arrays of SAQ's list scan, as the batch path makes them
+    (:meth:`bbqlib.quantizers.saq.scanner.SAQScanner.scan_pairs`, the same kernels): the
+    query in SAQ's frame, its 4-bit tables and constants, and for two passes the float rows
+    and their constants."""
+    S = start.shape[0]
+    coded = frame.shape[1]
+    yc = np.empty((1, coded), dtype=np.float32)
+    rotate_block(q2, 0, 1, frame, yc)
+    tables = np.empty((1, 2 * (coded // 8) * 32), dtype=np.uint8)
+    lo = np.empty((1, S))
+    step = np.empty((1, S))
+    w = np.empty((1, S))
+    const = np.empty((1, S))
+    rounding = np.empty((1, S))
+    trunc = np.empty((1, S))
+    _saq_tables(yc, start, dims, bits, keep, tables, lo, step, w, const, rounding, trunc)
+    qerr = z * rounding
+    if refine:
+        frows = yc
+        fconst = np.empty((1, S))
+        _saq_constants(yc, start, dims, bits, fconst)
+    else:
+        frows = np.zeros((1, 8), dtype=np.float32)
+        fconst = np.zeros((1, 1))
+    return tables, lo, step, w, const, qerr, frows, fconst
+
+
 @kernel
 def ivf_saq_fused(x, qp, qt, front, middle, back, outs):
-    """SAQ: the query's 4-bit nibble tables in SAQ's frame (made by the caller: they serve
-    every list), each visited list's ``‖q - c‖²`` or ``<q, c>``
+    """SAQ: the query in SAQ's frame (:func:`bbqlib._kernels.saq_query.rotate_block`), its
+    4-bit nibble tables (:func:`bbqlib._kernels.saq_query.fastscan_tables`: they serve every
+    list), each visited list's ``‖q - c‖²`` or ``<q, c>``
     (:func:`bbqlib._kernels.saq_ivf.pair_terms`) and the lookup-table list scan, one pass or
-    two (:func:`bbqlib._kernels.saq_ivf.ivf_fastscan_saq`). ``middle``: ``(tables, lo, step,
-    w, const, qerr, frows, fconst, refine, centroids, list_cc, list_start, block_starts,
-    blocks, codes, factors, cols, ksum, gnorm, gmax, ids, start, dims, bits, msb_off, low_off,
-    is_l2, allowed, heap, depth)``, the query's arrays [1, .] as the batch path makes them."""
+    two (:func:`bbqlib._kernels.saq_ivf.ivf_fastscan_saq`). ``middle``: ``(refine, z, frame,
+    keep, centroids, list_cc, list_start, block_starts, blocks, codes, factors, cols, ksum,
+    gnorm, gmax, ids, start, dims, bits, msb_off, low_off, is_l2, allowed, heap, depth)``
+    with ``frame`` float32 [d, coded] (the coded columns of SAQ's frame), ``keep`` the
+    planes per segment the first pass reads and ``z`` the rounding's z-score."""
     status, lists = ivf_front(x, qp, qt, front, outs[2])
     if status != 0:
         return status, lists.shape[0], 0
-    (tables, lo, step, w, const, qerr, frows, fconst, refine, C, list_cc, list_start,
-     block_starts, blocks, codes, factors, cols, ksum, gnorm, gmax, ids, start, dims, bits,
-     msb_off, low_off, is_l2, allowed, heap, depth) = middle  # fmt: skip
+    (refine, z, frame, keep, C, list_cc, list_start, block_starts, blocks, codes, factors,
+     cols, ksum, gnorm, gmax, ids, start, dims, bits, msb_off, low_off, is_l2, allowed, heap,
+     depth) = middle  # fmt: skip
+    q2 = _rows(qp, qt)
+    tables, lo, step, w, const, qerr, frows, fconst = _saq_query(
+        q2, frame, start, dims, bits, keep, z, refine
+    )
     pair_query, pair_list, pair_start = _one_query(lists)
     P = lists.shape[0]
     add = np.empty(P, dtype=np.float64)
-    _pair_terms(_rows(qp, qt), C, list_cc, pair_query, pair_list, is_l2, add)
+    _pair_terms(q2, C, list_cc, pair_query, pair_list, is_l2, add)
     keys, hids = _heap(heap)
     rescored = np.zeros(1, dtype=np.int64)
     _scan_saq(

@@ -17,6 +17,12 @@ path stores it), ``rounding_s = err_s / sqrt(d_s)`` and ``trunc_s = ‖y_s‖ sq
 Every sum runs sequentially over the segment's dimensions in float64 (one fixed order, so a
 query's numbers do not depend on the batch it came in, the thread count or NumPy's pairwise
 summation). ``tests/reference/saq.py`` holds the NumPy twins.
+
+:func:`rotate_rows` puts query rows in SAQ's frame (``y = x @ F``, ``F`` the coded columns
+of the PCA frame): each output is accumulated in float32 over the input dimensions in
+order, ``y_j = (((0 + x_0 F_0j) + x_1 F_1j) + ...)``, one fixed order, so a query rotated
+alone (inside the fused IVF call) equals its row of a batch bit for bit, which a BLAS product
+of one row does not promise.
 """
 
 from __future__ import annotations
@@ -26,15 +32,80 @@ import numpy as np
 from .lut import tables_from_codes
 from .policy import kernel, parallel_kernel, prange
 
-__all__ = ["QUERY_FLOATS_PER_THREAD", "fastscan_tables", "round_queries", "segment_constants"]
+__all__ = [
+    "QUERY_FLOATS_PER_THREAD",
+    "ROTATION_BLOCK",
+    "ROTATION_WORK_PER_THREAD",
+    "fastscan_tables",
+    "rotate_block",
+    "rotate_rows",
+    "round_queries",
+    "segment_constants",
+]
 
 #: Query floats per thread: enough work to outweigh a parallel region's fork and join
 #: (docs/threads.md), so one query or a batch of a few hundred runs on the calling thread.
 QUERY_FLOATS_PER_THREAD = 200_000
+#: Multiply-adds of :func:`rotate_rows` per thread (about 20 queries of 384 x 256), by the
+#: same rule.
+ROTATION_WORK_PER_THREAD = 2_000_000
+#: Query rows rotated together (each row of the frame read once per block, from L1).
+ROTATION_BLOCK = 8
 
 
 def _query_work(Qc, *rest) -> int:
     return Qc.shape[0] * Qc.shape[1]
+
+
+def _rotation_work(X, F, out) -> int:
+    return X.shape[0] * F.shape[0] * F.shape[1]
+
+
+@kernel
+def rotate_block(X, q0, q1, F, out):
+    """``out[q, j] = Σ_i X[q, i] F[i, j]`` for rows ``q0 <= q < q1``, in float32, ``i`` in
+    order (module doc); ``X`` float32 [nq, d], ``F`` float32 [d, m] C-contiguous, ``out``
+    float32 [nq, m]. Four input dimensions per sweep over a row of ``out`` (the same sums in
+    the same order, a quarter of its loads and stores) and every row of the block per four
+    rows of ``F`` (read once per block); the sweep over ``j`` is what vectorizes."""
+    d = F.shape[0]
+    m = F.shape[1]
+    for q in range(q0, q1):
+        for j in range(m):
+            out[q, j] = np.float32(0.0)
+    i = 0
+    while i + 4 <= d:
+        f0 = F[i]
+        f1 = F[i + 1]
+        f2 = F[i + 2]
+        f3 = F[i + 3]
+        for q in range(q0, q1):
+            x0 = np.float32(X[q, i])
+            x1 = np.float32(X[q, i + 1])
+            x2 = np.float32(X[q, i + 2])
+            x3 = np.float32(X[q, i + 3])
+            row = out[q]
+            for j in range(m):
+                row[j] = (((row[j] + x0 * f0[j]) + x1 * f1[j]) + x2 * f2[j]) + x3 * f3[j]
+        i += 4
+    while i < d:
+        fi = F[i]
+        for q in range(q0, q1):
+            xi = np.float32(X[q, i])
+            row = out[q]
+            for j in range(m):
+                row[j] = row[j] + xi * fi[j]
+        i += 1
+
+
+@parallel_kernel(work=_rotation_work, min_work=ROTATION_WORK_PER_THREAD)
+def rotate_rows(X, F, out):
+    """:func:`rotate_block` over blocks of :data:`ROTATION_BLOCK` rows: ``X`` float32
+    [nq, d], ``out`` float32 [nq, m]."""
+    n = X.shape[0]
+    for b in prange((n + ROTATION_BLOCK - 1) // ROTATION_BLOCK):
+        q0 = b * ROTATION_BLOCK
+        rotate_block(X, q0, min(n, q0 + ROTATION_BLOCK), F, out)
 
 
 @kernel(inline="always")

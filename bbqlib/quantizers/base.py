@@ -10,8 +10,8 @@ attributes, and implements four hooks:
 
 The base owns everything else: the scikit-learn estimator contract by duck typing (without
 importing scikit-learn), the fit skeleton (validation, similarity rules, the optional
-transform), files (:meth:`get_state` / :meth:`from_state`), estimates, top-k and candidate
-scorers through :mod:`bbqlib.search`.
+transform), files (:meth:`get_state` / :meth:`from_state`), and estimates, top-k and
+candidate scorers through the quantizer's scanner (:mod:`bbqlib.quantizers.scanner`).
 """
 
 from __future__ import annotations
@@ -24,10 +24,7 @@ import numpy as np
 from .._params import validate_params
 from .._validation import NotFittedError, check_k, check_vectors, prepare_for_similarity
 from ..encoding import ENCODINGS, Encoding
-from ..layouts import scan as layout_scan
 from ..layouts.codes import DocCodes, QueryCodes
-from ..layouts.scan import estimate_raw
-from ..search.candidates import CandidateScorer
 from ..similarity import Similarity, resolve_similarity, scores_from_raw
 from .encoded import EncodedVectors
 
@@ -262,45 +259,40 @@ class Quantizer:
         """Raw estimates [nq, n]: squared L2 (euclidean) or inner product (the others).
 
         ``return_bounds=True`` needs a quantizer with ``has_error_bound``
-        (:class:`~bbqlib.RaBitQQuantizer`).
+        (:class:`~bbqlib.RaBitQQuantizer`, :class:`~bbqlib.SAQQuantizer`): it also returns
+        ``estimate ∓ eps0 · σ`` (``eps0`` a z-score, None: the family's default).
         """
-        if return_bounds:
-            raise ValueError(
-                f"{type(self).__name__} has no error bound (its estimator is biased and carries "
-                "no confidence interval); use bbqlib.RaBitQQuantizer for return_bounds=True"
-            )
         self._check_encoded(enc)
-        q = self.query_codes(Q)
-        return estimate_raw(q, self._cached_doc_codes(enc)).astype(np.float32)
+        return self.scanner().estimate(Q, enc, return_bounds=return_bounds, eps0=eps0)
 
     def similarity_scores(self, Q, enc: EncodedVectors) -> np.ndarray:
         """Lucene-mapped scores [nq, n], higher is better (see :mod:`bbqlib.similarity`)."""
         return scores_from_raw(self.similarity_, self.estimate(Q, enc))
 
-    def search(self, Q, enc: EncodedVectors, k: int, *, allowed=None, id_base: int = 0):
+    def search(self, Q, enc: EncodedVectors, k: int, *, allowed=None, id_base: int = 0,
+               **scan):  # fmt: skip
         """Top ``k`` per query by estimate: ``(raw, ids)`` [nq, k], best first.
 
         ``raw`` holds estimated d² (euclidean) or inner products; padding is ``nan`` / ``-1``.
+        ``scan``: the family's scan options (SAQ's ``scan=``), passed to its scanner.
         """
         k = check_k(k)
         keys, ids = self.topk_keys(self._validated(Q, "Q", allow_1d=True), enc, k,
-                                   allowed=allowed, id_base=id_base)  # fmt: skip
+                                   allowed=allowed, id_base=id_base, **scan)  # fmt: skip
         raw = self.similarity_.raw(keys)
         raw[ids < 0] = np.nan
         return raw, ids
 
     def topk_keys(self, Qp: np.ndarray, enc: EncodedVectors, k: int, *, allowed=None,
-                  id_base: int = 0) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+                  id_base: int = 0, **scan) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         """Top ``k`` per prepared query (validated, normalized for cosine): ranking keys.
 
         The hook indexes call (queries are validated once, by the index): ``(keys, ids)``
-        float64 / int64 [nq, k], higher keys better, ``-inf`` / ``-1`` padding. A family with
-        its own scan (SAQ) overrides this.
+        float64 / int64 [nq, k], higher keys better, ``-inf`` / ``-1`` padding; the
+        scanner's scan (:meth:`bbqlib.quantizers.scanner.Scanner.topk_keys`).
         """
         self._check_encoded(enc)
-        q = self._query_codes(Qp)
-        return layout_scan.topk_keys(q, self._cached_doc_codes(enc), k, allowed=allowed,
-                                 id_base=id_base)  # fmt: skip
+        return self.scanner().topk_keys(Qp, enc, k, allowed=allowed, id_base=id_base, **scan)
 
     def scorer(self, query, enc: EncodedVectors):
         """A callable ``score_ids(ids) -> float32`` of one query's estimates for chosen docs.
@@ -320,12 +312,7 @@ class Quantizer:
             ``score_ids(ids)`` takes integer ids in ``[0, len(enc))`` (any integer dtype).
         """
         self._check_encoded(enc)
-        qc = self.query_codes(query)
-        if len(qc) != 1:
-            raise ValueError(
-                f"query must be one vector [d], got {len(qc)} rows; make one scorer per query"
-            )
-        return CandidateScorer(qc, self._cached_doc_codes(enc))
+        return self.scanner().scorer(query, enc)
 
     # -- codes against list centres (IVF) -------------------------------------------------
     def transform_rows(self, X: np.ndarray) -> np.ndarray:

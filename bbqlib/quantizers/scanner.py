@@ -6,7 +6,7 @@ scanner names the fused kernel of its code layout (:mod:`bbqlib._kernels.fused`)
 family's *middle*: the arguments with which that kernel codes the query against each visited
 list's centre and scans the list. The index supplies the rest (the plan, the list and row
 checks, the rerank). A scanner that returns None from :meth:`Scanner.ivf_one` leaves the
-query to the batch path (e.g. Lucene's arithmetic, SAQ for now), which gives the same
+query to the batch path (e.g. Lucene's arithmetic), which gives the same
 results.
 
 Scanners are shared by concurrent searches: they hold only what derives from the fitted
@@ -51,7 +51,7 @@ class IVFOne(NamedTuple):
     arguments, without the trailing ``(allowed, heap, depth)`` the index appends;
     ``checks``: ``(lists_ok, list_crcs, block_start, check_bytes, check_width)``, what the
     kernel's list checks read (the lists' flags are marked in place as lists pass);
-    ``prepare``: optional, the family's per-query arrays (below).
+    ``prepare``: optional, the family's per-call arguments (below).
     """
 
     kernel: object
@@ -60,10 +60,10 @@ class IVFOne(NamedTuple):
     prepare: object = None
 
 
-#: ``IVFOne.prepare(qt, reranked) -> tuple | None``: the family's per-query arrays, made in
-#: Python before the call from the prepared, transformed query ``qt`` float32 [1, d]
-#: (``reranked``: the exact rerank picks ``k`` of more candidates), put before ``middle``;
-#: None leaves this query to the batch path.
+#: ``IVFOne.prepare(reranked) -> tuple | None``: the family's arguments of one call that
+#: depend on its settings (``reranked``: the exact rerank picks ``k`` of more candidates) or
+#: on module settings read per call, put before ``middle``; None leaves this query to the
+#: batch path. The query's own arrays are made inside the fused kernel.
 
 
 class FlatOne(NamedTuple):
@@ -81,12 +81,49 @@ class FlatOne(NamedTuple):
 
 
 class Scanner:
-    """A fitted quantizer's one-query scans. This base answers a flat query through the
-    family's own :meth:`~bbqlib.Quantizer.topk_keys` (the batch path's scan, without the
-    index's batch overhead) and has no fused IVF kernel."""
+    """A fitted quantizer's scans. This base scores the family's query codes
+    (``_query_codes``) against its doc codes (``_doc_codes``) with the kernels of their code
+    layout (:mod:`bbqlib.layouts.scan`), answers a flat query through the family's
+    :meth:`~bbqlib.Quantizer.topk_keys` (the batch path's scan, without the index's batch
+    overhead) and has no fused IVF kernel."""
 
     def __init__(self, quantizer):
         self.quantizer = quantizer
+
+    def estimate(self, Q, enc, *, return_bounds: bool = False, eps0=None) -> np.ndarray:
+        """Raw estimates [nq, n] of queries ``Q`` (as given: validated here) against ``enc``
+        (:meth:`bbqlib.Quantizer.estimate`); this base has no error bound."""
+        from ..layouts.scan import estimate_raw
+
+        q = self.quantizer
+        if return_bounds:
+            raise ValueError(
+                f"{type(q).__name__} has no error bound (its estimator is biased and carries "
+                "no confidence interval); use bbqlib.RaBitQQuantizer for return_bounds=True"
+            )
+        return estimate_raw(q.query_codes(Q), q._cached_doc_codes(enc)).astype(np.float32)
+
+    def topk_keys(self, Qp, enc, k: int, *, allowed=None, id_base: int = 0):
+        """Top ``k`` ranking keys and ids per prepared query
+        (:meth:`bbqlib.Quantizer.topk_keys`)."""
+        from ..layouts import scan as layout_scan
+
+        q = self.quantizer
+        return layout_scan.topk_keys(q._query_codes(Qp), q._cached_doc_codes(enc), k,
+                                     allowed=allowed, id_base=id_base)  # fmt: skip
+
+    def scorer(self, query, enc):
+        """``score_ids(ids)`` of one query (as given) against ``enc``
+        (:meth:`bbqlib.Quantizer.scorer`)."""
+        from ..search.candidates import CandidateScorer
+
+        q = self.quantizer
+        qc = q.query_codes(query)
+        if len(qc) != 1:
+            raise ValueError(
+                f"query must be one vector [d], got {len(qc)} rows; make one scorer per query"
+            )
+        return CandidateScorer(qc, q._cached_doc_codes(enc))
 
     def flat_one(self, codes) -> FlatOne | None:
         """The one-query flat scan of ``codes`` (an :class:`EncodedVectors`), or None."""

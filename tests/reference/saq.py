@@ -35,6 +35,7 @@ __all__ = [
     "quantize_query",
     "fastscan_queries",
     "segment_constants",
+    "rotate_rows",
 ]
 
 
@@ -335,3 +336,14 @@ def segment_constants(rows: np.ndarray, dims: list[int], bits: list[int]) -> np.
          for (p0, p1), b in zip(_segments(dims), bits, strict=True)],
         axis=1,
     )  # fmt: skip
+
+
+def rotate_rows(X: np.ndarray, F: np.ndarray) -> np.ndarray:
+    """``X @ F`` of float32 query rows in :func:`bbqlib._kernels.saq_query.rotate_rows`'
+    order: float32 products added in float32, input dimension after input dimension."""
+    X = np.asarray(X, dtype=np.float32)
+    F = np.asarray(F, dtype=np.float32)
+    out = np.zeros((X.shape[0], F.shape[1]), dtype=np.float32)
+    for i in range(F.shape[0]):
+        out = out + X[:, i : i + 1] * F[i]
+    return out

@@ -250,17 +250,16 @@ def _fused(index, state, x, call):
     qp = np.empty_like(x) if sim is Similarity.COSINE else x
     qt = _NO_TRANSFORM
     prepare = state["prepare"]
-    if q.transform_ is not None or prepare is not None:
+    if prepare is not None:  # the family's arguments of this call
+        extra = prepare(reranked)
+        if extra is None:
+            return None
+        middle = (*extra, *middle)
+    if q.transform_ is not None:
         Qp = prepared_query(x, sim)
         if Qp is None:
             return None  # the general path raises
-        Qt = Qp if q.transform_ is None else q.transform_rows(Qp)
-        qt = Qt[0]
-        if prepare is not None:  # the family's arrays of this query
-            extra = prepare(Qt, reranked)
-            if extra is None:
-                return None
-            middle = (*extra, *middle)
+        qt = q.transform_rows(Qp)[0]
     blocks = state["segment"].blocks if head[1] else None
     rows_ok, block_rows, row_data, row_crcs = _ALL_ROWS_OK, _ONE_BLOCK, _NO_ROW_DATA, _NO_ROW_CRCS
     cold = _NOT_COLD

@@ -2,8 +2,10 @@
 
 ``quantizer`` holds :class:`SAQQuantizer`; ``plan`` the segments and their bit plan,
 ``encoding`` the registry row a fitted plan specialises, ``bounds`` the error bounds,
-``search`` the flat scans, ``lists`` the IVF lists, ``scanner`` the scoring mixin. The package
-re-exports what the module ``bbqlib.quantizers.saq`` had before it became this package.
+``search`` the flat scans, ``lists`` the IVF lists (residual codes, the list scan),
+``scanner`` :class:`~bbqlib.quantizers.saq.scanner.SAQScanner` (estimates, scans and
+scorers: what the indexes ask of a fitted quantizer). The package re-exports what the module
+``bbqlib.quantizers.saq`` had before it became this package.
 """
 
 from .quantizer import (

@@ -128,7 +128,7 @@ def bound_rerank_search(quantizer, Q, enc, vectors, k, allowed, eps0, cap):
     for q0 in range(0, nq, batch):
         q1 = min(nq, q0 + batch)
         Qc, q_add = quantizer._query_parts(Q[q0:q1])
-        keys = sim.key(quantizer._estimate_parts(Qc, q_add, enc))
+        keys = sim.key(quantizer.scanner().estimate_parts(Qc, q_add, enc))
         opt = keys + eps0 * segment_sigma(quantizer, Q[q0:q1], enc)
         heap_keys = np.full((q1 - q0, k), -np.inf)
         heap_ids = np.full((q1 - q0, k), EMPTY_ID, dtype=np.int64)

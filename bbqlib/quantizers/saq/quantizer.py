@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..._validation import check_k
 from ...encoding import ENCODINGS, SAQ_QUERY_BITS, padded_dim
 from ..base import Quantizer
 from ..encoded import EncodedVectors
@@ -15,9 +16,9 @@ from .encoding import (
     SAQEncoding,
     _check_bits,
     _check_int,
+    _eps0,
     saq_corrections_dtype,
 )
-from .lists import SAQPairs
 from .plan import (
     PlanStats,
     SAQPlan,
@@ -27,7 +28,7 @@ from .plan import (
     neighbour_stats,
     plan_segments,
 )
-from .scanner import SAQScoring
+from .scanner import SAQScanner
 
 __all__ = [
     "SAQQuantizer",
@@ -48,7 +49,7 @@ _CHUNK = 8192
 
 
 @register_quantizer
-class SAQQuantizer(SAQScoring, SAQPairs, Quantizer):
+class SAQQuantizer(Quantizer):
     """SAQ: PCA, segments with their own bit widths, CAQ codes; unbiased per coded segment.
 
     Parameters
@@ -106,6 +107,16 @@ class SAQQuantizer(SAQScoring, SAQPairs, Quantizer):
     Storage per vector: the plan's code bytes plus ``4 + 8 S`` bytes of factors (``S`` coded
     segments); never more than Extended RaBitQ's ``bits · D_p / 8 + 14`` at the same bits.
 
+    Estimates, searches and scorers go through :class:`~bbqlib.quantizers.saq.scanner.SAQScanner`
+    (``scanner()``). ``search(Q, enc, k, scan=...)`` picks the flat scan: ``"auto"`` (default)
+    takes the fastest that ranks by this quantizer's estimates: with AVX2, a float query runs
+    ``"two-pass"`` (a 4-bit lookup-table pass over every bit plane, then the float estimate of
+    the docs whose 4-bit key, widened by 4 sds of the query's rounding, can still reach the
+    k-th best) and ``query_bits=4`` runs ``"fastscan"`` (one 4-bit pass); otherwise
+    ``"plain"`` (float lookup tables per code byte, every doc). ``last_rescored_`` [nq] counts
+    the second pass's docs of the last flat search. ``estimate(..., return_bounds=True)``
+    also returns ``estimate ∓ eps0 · error_sd`` (:meth:`error_sd`).
+
     Examples
     --------
     >>> import numpy as np, bbqlib
@@ -154,6 +165,12 @@ class SAQQuantizer(SAQScoring, SAQPairs, Quantizer):
     has_error_bound = True
     default_eps0 = DEFAULT_EPS0
     _transform_param = None
+
+    def scanner(self) -> SAQScanner:
+        """:class:`~bbqlib.quantizers.saq.scanner.SAQScanner`: estimates, scans, scorers and
+        the one-query paths of Flat and IVF."""
+        self._check_fitted()
+        return SAQScanner(self)
 
     # -- fitting ----------------------------------------------------------------------------
     def _check_params(self):
@@ -304,10 +321,29 @@ class SAQQuantizer(SAQScoring, SAQPairs, Quantizer):
             np.array(arrays["variances"], dtype=np.float64),
         )
 
+    def fit_residuals(self, R: np.ndarray) -> None:
+        """Refit PCA, plan and rotations on residuals ``R = x - c`` (their spectrum, not the
+        data's, decides the segments of residual codes)."""
+        self._check_fitted()
+        self._fit_transformed(np.ascontiguousarray(R, dtype=np.float32))
+        self._seal()
+
     # -- encoding ---------------------------------------------------------------------------
     def rotate(self, X: np.ndarray) -> np.ndarray:
         """Prepared rows in SAQ's frame (float32 [n, D_p], not centred): ``X @ frame_``."""
         return np.asarray(X, dtype=np.float32) @ self.frame_
+
+    def _frame_queries(self, Qt: np.ndarray) -> np.ndarray:
+        """Prepared query rows in SAQ's frame, coded dimensions only (float32 [nq, coded]):
+        :func:`bbqlib._kernels.saq_query.rotate_rows`, whose fixed order makes a query
+        alone (the fused IVF call) equal to its row of a batch."""
+        from ..._kernels.saq_query import rotate_rows
+
+        X = np.ascontiguousarray(Qt, dtype=np.float32)
+        out = np.empty((len(X), self.plan_.coded_dims), dtype=np.float32)
+        if len(X):
+            rotate_rows(X, self._coded, out)
+        return out
 
     def encode(self, X) -> EncodedVectors:
         """Codes (``plan_.code_bytes`` per vector) and ``4 + 8 S`` bytes of factors."""
@@ -351,6 +387,25 @@ class SAQQuantizer(SAQScoring, SAQPairs, Quantizer):
         return EncodedVectors(
             codes, corr, self.encoding_, self.dim_, float(c @ c), self.fingerprint_
         )
+
+    @property
+    def pair_factor_width(self) -> int:
+        """Float32 factors per IVF posting entry: ``1 + 2 S`` (``additional`` with the centre
+        term folded in, then ``scale_s`` and ``norm_s`` per coded segment)."""
+        self._check_fitted()
+        return 1 + 2 * len(self.plan_.segments)
+
+    def encode_pairs(self, W, rows, centres, lists) -> tuple[np.ndarray, np.ndarray]:
+        """Codes of the residuals ``W[rows[p]] - centres[lists[p]]`` and their factor rows
+        [m, 1 + 2S] (:func:`bbqlib.quantizers.saq.lists.encode_pairs`)."""
+        from .lists import encode_pairs
+
+        self._check_fitted()
+        return encode_pairs(self, W, rows, centres, lists)
+
+    def query_pairs(self, Qt, centres, pair_query, pair_list, *, lut: bool = False):
+        """Not used: SAQ scans lists with one table set per query (its scanner)."""
+        raise NotImplementedError("SAQ lists are scanned by SAQScanner.scan_pairs")
 
     def _encode_frame(self, Y, codes, fac) -> None:
         a = self.plan_.arrays()
@@ -403,3 +458,31 @@ class SAQQuantizer(SAQScoring, SAQPairs, Quantizer):
             fac = np.ascontiguousarray(enc.corrections).view(np.float32).reshape(len(enc), -1)
             enc._cache[key] = (codes, fac)
         return enc._cache[key]
+
+    # -- error model ------------------------------------------------------------------------
+    def error_sd(self, Q, enc: EncodedVectors) -> np.ndarray:
+        """Model standard deviation [nq, n] of each raw estimate.
+
+        Per coded segment ``‖o_s‖ ‖q_s‖ sqrt((1 - a_s²) / a_s²) / sqrt(d_s - 1)`` (``a_s`` the
+        cosine of the code, from the stored factors and the codes), plus the rounding of a
+        quantized query and, for a dropped tail, ``sqrt(Σ σ_i² q_i²)`` over its PCA axes; in
+        quadrature, twice for squared L2.
+        """
+        self._check_encoded(enc)
+        return self._sigma(self._validated(Q, "Q", allow_1d=True), enc)
+
+    def _sigma(self, Q, enc) -> np.ndarray:
+        from .bounds import segment_sigma
+
+        return segment_sigma(self, Q, enc)
+
+    def search_bound_rerank(self, Q, codes, vectors, k, *, allowed=None, eps0=DEFAULT_EPS0,
+                            cap: int = 10_000):  # fmt: skip
+        """Top ``k`` with exact scores, rescoring only candidates whose optimistic bound
+        (``eps0`` model sds, :meth:`error_sd`) beats the k-th exact value: ``(keys, ids,
+        vectors_read)`` as :meth:`bbqlib.RaBitQQuantizer.search_bound_rerank`."""
+        from .bounds import bound_rerank_search
+
+        self._check_encoded(codes)
+        Q = self._validated(Q, "Q", allow_1d=True)
+        return bound_rerank_search(self, Q, codes, vectors, check_k(k), allowed, _eps0(eps0), cap)

@@ -1,181 +1,129 @@
-"""SAQ's estimates, error model and searches: the scoring half of :class:`SAQQuantizer`.
+"""SAQ's scanner: what the indexes, the scorers and :meth:`bbqlib.Quantizer.search` ask of a
+fitted :class:`~bbqlib.quantizers.saq.SAQQuantizer`.
 
-:class:`SAQScoring` is a mixin of :class:`bbqlib.quantizers.saq.SAQQuantizer`; the scans
-themselves live in :mod:`bbqlib.quantizers.saq.search` and :mod:`bbqlib._kernels.saq`.
+:class:`SAQScanner` makes SAQ's estimates and error bounds, runs its flat scans
+(:mod:`bbqlib.quantizers.saq.search`), its candidate scorers and its IVF list scan
+(:mod:`bbqlib.quantizers.saq.lists`), and names the fused one-query IVF kernel
+(:func:`bbqlib._kernels.fused.ivf_saq_fused`). The quantizer's ``estimate``, ``search``,
+``topk_keys`` and ``scorer`` are the base's, routed here.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..._validation import check_k
-from ..encoded import EncodedVectors
 from ..scanner import IVFOne, Scanner
-from .encoding import DEFAULT_EPS0, _eps0
+from .encoding import _eps0
 
-__all__ = ["SAQScanner", "SAQScoring", "SCANS"]
+__all__ = ["SAQScanner", "SCANS", "check_scan"]
 
-#: Flat scans :meth:`SAQQuantizer.search` can run.
+#: Flat scans ``SAQQuantizer.search(..., scan=...)`` can run.
 SCANS = ("auto", "plain", "two-pass", "fastscan")
 
 
-class SAQScoring:
-    """Estimates, bounds, searches and scorers of a fitted :class:`SAQQuantizer`."""
+def check_scan(q, scan) -> None:
+    """Raise ``ValueError`` unless ``scan`` is one of :data:`SCANS` that runs for ``q``."""
+    if scan not in SCANS:
+        raise ValueError(f"scan must be one of {SCANS}, got {scan!r}")
+    if scan in ("two-pass", "fastscan"):
+        from .search import uses_fastscan
 
-    def scanner(self):
-        """:class:`SAQScanner`: the one-query paths of Flat and IVF."""
-        self._check_fitted()
-        return SAQScanner(self)
+        if not uses_fastscan(q.with_query_bits(4 if scan == "fastscan" else None)):
+            raise ValueError(f"scan={scan!r} needs AVX2 (see bbqlib._kernels.lut)")
+        if scan == "fastscan" and q.encoding_.query_bits != 4:
+            raise ValueError("scan='fastscan' ranks by 4-bit queries: use query_bits=4")
+
+
+class SAQScanner(Scanner):
+    """SAQ's estimates, scans and scorers; on an IVF one fused call per query
+    (:func:`bbqlib._kernels.fused.ivf_saq_fused`: the query rotated and its 4-bit tables made
+    in the call) where the 4-bit lookup-table list scan serves (AVX2, segment widths
+    multiples of 16; else the batch path's float tables). The flat one-query scan is the
+    base's: :meth:`topk_keys` without the index's batch overhead."""
 
     # -- estimates --------------------------------------------------------------------------
-    def estimate(self, Q, enc: EncodedVectors, *, return_bounds: bool = False, eps0=DEFAULT_EPS0):
+    def estimate(self, Q, enc, *, return_bounds: bool = False, eps0=None):
         """Raw estimates [nq, n]: squared L2 (euclidean) or inner products.
 
         ``return_bounds=True`` also returns ``estimate ∓ eps0 · error_sd`` (see
-        :meth:`error_sd`; a z-score, not a guarantee, and a 0-bit tail's dropped term is
-        modelled as noise although it is a bias for near neighbours).
+        :meth:`SAQQuantizer.error_sd`; a z-score, not a guarantee, and a 0-bit tail's
+        dropped term is modelled as noise although it is a bias for near neighbours).
         """
-        self._check_encoded(enc)
-        Q = self._validated(Q, "Q", allow_1d=True)
-        Qc, q_add = self._query_parts(Q)
-        est = self._estimate_parts(Qc, q_add, enc)
+        q = self.quantizer
+        Q = q._validated(Q, "Q", allow_1d=True)
+        Qc, q_add = q._query_parts(Q)
+        est = self.estimate_parts(Qc, q_add, enc)
         if not return_bounds:
             return est.astype(np.float32)
-        half = _eps0(eps0) * self._sigma(Q, enc)
+        half = _eps0(eps0) * q._sigma(Q, enc)
         return (
             est.astype(np.float32),
             (est - half).astype(np.float32),
             (est + half).astype(np.float32),
         )
 
-    def search_bound_rerank(self, Q, codes, vectors, k, *, allowed=None, eps0=DEFAULT_EPS0,
-                            cap: int = 10_000):  # fmt: skip
-        """Top ``k`` with exact scores, rescoring only candidates whose optimistic bound
-        (``eps0`` model sds, :meth:`error_sd`) beats the k-th exact value: ``(keys, ids,
-        vectors_read)`` as :meth:`bbqlib.RaBitQQuantizer.search_bound_rerank`."""
-        from .bounds import bound_rerank_search
+    def estimate_parts(self, Qc, q_add, enc) -> np.ndarray:
+        """Raw estimates float64 [nq, n] of centred, rotated queries ``Qc`` and their
+        additive terms ``q_add`` (``SAQQuantizer._query_parts``), by the float tables."""
+        from ..._kernels import saq as K
 
-        self._check_encoded(codes)
-        Q = self._validated(Q, "Q", allow_1d=True)
-        return bound_rerank_search(self, Q, codes, vectors, check_k(k), allowed, _eps0(eps0), cap)
-
-    def _estimate_parts(self, Qc, q_add, enc) -> np.ndarray:
-        tables, qconst, _ = self._tables(Qc)
-        codes, fac = self._doc_arrays(enc)
-        a = self.plan_.arrays()
+        q = self.quantizer
+        tables, qconst, _ = q._tables(Qc)
+        codes, fac = q._doc_arrays(enc)
+        a = q.plan_.arrays()
         out = np.empty((len(Qc), len(enc)))
         if len(enc) and len(Qc):
-            from ..._kernels import saq as K
-
             K.estimate_rows(
-                tables,
-                qconst,
-                q_add,
-                codes,
-                fac,
-                a["start"],
-                a["dims"],
-                a["bits"],
-                a["msb_off"],
-                a["low_off"],
-                self.similarity_.is_distance,
-                out,
-            )
+                tables, qconst, q_add, codes, fac, a["start"], a["dims"], a["bits"],
+                a["msb_off"], a["low_off"], q.similarity_.is_distance, out,
+            )  # fmt: skip
         return out
 
-    def error_sd(self, Q, enc: EncodedVectors) -> np.ndarray:
-        """Model standard deviation [nq, n] of each raw estimate.
-
-        Per coded segment ``‖o_s‖ ‖q_s‖ sqrt((1 - a_s²) / a_s²) / sqrt(d_s - 1)`` (``a_s`` the
-        cosine of the code, from the stored factors and the codes), plus the rounding of a
-        quantized query and, for a dropped tail, ``sqrt(Σ σ_i² q_i²)`` over its PCA axes; in
-        quadrature, twice for squared L2.
-        """
-        self._check_encoded(enc)
-        Q = self._validated(Q, "Q", allow_1d=True)
-        return self._sigma(Q, enc)
-
-    def _sigma(self, Q, enc) -> np.ndarray:
-        from .bounds import segment_sigma
-
-        return segment_sigma(self, Q, enc)
-
-    # -- search -----------------------------------------------------------------------------
-    def search(
-        self, Q, enc: EncodedVectors, k: int, *, allowed=None, id_base: int = 0, scan="auto"
-    ):
-        """Top ``k`` per query by estimate: ``(raw, ids)`` [nq, k], best first (``nan``/-1).
-
-        ``scan``: ``"auto"`` (default) takes the fastest scan that ranks by this quantizer's
-        estimates: with AVX2, a float query runs ``"two-pass"`` (a 4-bit lookup-table pass
-        over every bit plane, then the float estimate of the docs whose 4-bit key, widened by
-        4 sds of the query's rounding, can still reach the k-th best) and ``query_bits=4``
-        runs ``"fastscan"`` (one 4-bit pass); otherwise ``"plain"`` (float lookup tables per
-        code byte, every doc). ``last_rescored_`` [nq] counts the second pass's docs.
-        """
-        self._check_scan(scan)
-        k = check_k(k)
-        Qp = self._validated(Q, "Q", allow_1d=True)
-        keys, ids = self.topk_keys(Qp, enc, k, allowed=allowed, id_base=id_base, scan=scan)
-        raw = self.similarity_.raw(keys)
-        raw[ids < 0] = np.nan
-        return raw, ids
-
-    def _check_scan(self, scan) -> None:
-        if scan not in SCANS:
-            raise ValueError(f"scan must be one of {SCANS}, got {scan!r}")
-        if scan in ("two-pass", "fastscan"):
-            from .search import uses_fastscan
-
-            if not uses_fastscan(self.with_query_bits(4 if scan == "fastscan" else None)):
-                raise ValueError(f"scan={scan!r} needs AVX2 (see bbqlib._kernels.lut)")
-            if scan == "fastscan" and self.encoding_.query_bits != 4:
-                raise ValueError("scan='fastscan' ranks by 4-bit queries: use query_bits=4")
-
-    def topk_keys(self, Qp: np.ndarray, enc: EncodedVectors, k: int, *, allowed=None,
-                  id_base: int = 0, scan="auto") -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-        """Top ``k`` per prepared query: ``(keys, ids)`` (the hook :class:`~bbqlib.FlatIndex`
-        calls; SAQ's own scans of :mod:`bbqlib.quantizers.saq.search`)."""
+    # -- flat scans and scorers -------------------------------------------------------------
+    def topk_keys(self, Qp, enc, k: int, *, allowed=None, id_base: int = 0, scan="auto"):
+        """Top ``k`` per prepared query: ``(keys, ids)`` by SAQ's own scans
+        (:func:`bbqlib.quantizers.saq.search.search`; ``scan`` one of :data:`SCANS`). Sets
+        ``last_rescored_`` [nq] on the quantizer: the docs the second pass re-scored."""
         from .search import search
 
-        self._check_encoded(enc)
-        Qc, q_add = self._query_parts(Qp)
-        keys, ids, rescored = search(self, Qc, q_add, enc, k, allowed, id_base, mode=scan)
-        self.last_rescored_ = rescored
+        q = self.quantizer
+        check_scan(q, scan)
+        Qc, q_add = q._query_parts(Qp)
+        keys, ids, rescored = search(q, Qc, q_add, enc, k, allowed, id_base, mode=scan)
+        q.last_rescored_ = rescored
         return keys, ids
 
-    def scorer(self, query, enc: EncodedVectors):
-        """A callable ``score_ids(ids) -> float32`` of one query's estimates for chosen docs
-        (as :meth:`bbqlib.Quantizer.scorer`; equal to ``estimate(query, enc)[0, ids]``)."""
+    def scorer(self, query, enc):
+        """``score_ids(ids)`` of one query: float32 estimates equal to
+        ``estimate(query, enc)[0, ids]`` (:func:`bbqlib.quantizers.saq.search.make_scorer`)."""
         from .search import make_scorer
 
-        self._check_encoded(enc)
-        return make_scorer(self, self._validated(query, "query", allow_1d=True), enc)
+        q = self.quantizer
+        return make_scorer(q, q._validated(query, "query", allow_1d=True), enc)
 
-
-class SAQScanner(Scanner):
-    """SAQ's one-query paths: the flat scan through :meth:`SAQQuantizer.topk_keys` (the
-    base's), and on an IVF one fused call (:func:`bbqlib._kernels.fused.ivf_saq_fused`) with
-    the query's 4-bit tables made before it, where the 4-bit lookup-table list scan serves
-    (AVX2, segment widths multiples of 16; else the batch path's float tables)."""
-
+    # -- IVF lists --------------------------------------------------------------------------
     def reads_lut_blocks(self) -> bool:
         return False  # SAQ's blocks are made from the codes in memory: the codes are checked
 
     def scan_pairs(self, Qt, centroids, list_cc, pairs, postings, mask, keys, ids, *,
-                   reranked=False) -> None:  # fmt: skip
-        """One table set per query for all its lists (:meth:`SAQQuantizer.scan_pairs`)."""
-        self.quantizer.scan_pairs(Qt, centroids, list_cc, pairs, postings, mask, keys, ids,
-                                  reranked=reranked)  # fmt: skip
+                   reranked=False, scan="auto") -> np.ndarray | None:  # fmt: skip
+        """The batch path's list scan, one table set per query for all its lists
+        (:func:`bbqlib.quantizers.saq.lists.scan_pairs`); returns the entries the two-pass
+        scan re-scored per query, else None."""
+        from . import lists
+
+        return lists.scan_pairs(self.quantizer, Qt, centroids, list_cc, pairs, postings, mask,
+                                keys, ids, scan=scan, reranked=reranked)  # fmt: skip
 
     def ivf_one(self, postings, centroids, list_cc):
         from ..._kernels import fused as KF
+        from .lists import list_docs
         from .search import uses_fastscan
 
         q = self.quantizer
         if not uses_fastscan(q):
             return None
-        blocks, block_starts, cols, ksum, gnorm, gmax = q._ivf_fast_docs(postings)
+        blocks, block_starts, cols, ksum, gnorm, gmax = list_docs(q, postings)
         a = q.plan_.arrays()
         middle = (centroids, np.ascontiguousarray(list_cc, dtype=np.float64), postings.start,
                   block_starts, blocks, np.asarray(postings.codes), np.asarray(postings.factors),
@@ -185,42 +133,26 @@ class SAQScanner(Scanner):
 
 
 class _Prepare:
-    """The per-query arrays of SAQ's fused IVF call, as :meth:`SAQQuantizer.scan_pairs` makes
-    them for a batch (the same kernels: one query equals its row of a batch); ``IVF_SCAN`` is
-    read per query. Holds no query's state (concurrent searches share it)."""
+    """The per-call arguments of SAQ's fused IVF call: the list scan ``IVF_SCAN`` picks
+    (read per query), one pass or two; the query's own arrays are made in the call.
+    Holds no query's state (concurrent searches share it)."""
 
     def __init__(self, q):
-        from ..._kernels.saq_query import fastscan_tables
         from . import lists
-        from .search import PREFILTER_Z, float_rows
+        from .search import PREFILTER_Z
 
-        a = q.plan_.arrays()
+        keep = np.ascontiguousarray(q.plan_.arrays()["bits"], dtype=np.int64)  # every plane
         self.q = q
-        self.coded = q.plan_.coded_dims
-        keep = np.ascontiguousarray(a["bits"], dtype=np.int64)  # every plane: one pass
-        self.segments = (a["start"], a["dims"], a["bits"], keep)
-        self.width = 2 * (self.coded // 8) * 32
-        self.tables_of = fastscan_tables.serial  # one row: the parallel kernel's body
-        self.lists, self.float_rows, self.z = lists, float_rows, PREFILTER_Z
-        self.modes = {}  # (IVF_SCAN, reranked) -> the list scan (ivf_scan_mode)
+        self.lists = lists
+        self.fixed = (float(PREFILTER_Z), q._coded, keep)
+        self.modes = {}  # (IVF_SCAN, reranked) -> the call's arguments, None for "plain"
 
-    def __call__(self, qt, reranked: bool):
-        """``(tables, lo, step, w, const, qerr, frows, fconst, refine)`` of the prepared,
-        transformed query ``qt`` [1, d], or None for the float-table scan (the batch path)."""
+    def __call__(self, reranked: bool):
+        """``(refine, z, frame, keep)`` or None where the float-table scan serves (the
+        batch path)."""
         scan = self.lists.IVF_SCAN
-        mode = self.modes.get((scan, reranked))
-        if mode is None:
-            mode = self.modes[(scan, reranked)] = self.lists.ivf_scan_mode(self.q, scan, reranked)
-        if mode == "plain":
-            return None
-        Yc = np.ascontiguousarray(self.q.rotate(qt)[:, : self.coded], dtype=np.float32)
-        tables = np.empty((1, self.width), dtype=np.uint8)
-        lo, step, w, const, rounding, trunc = np.empty((6, 1, len(self.segments[0])))
-        self.tables_of(Yc, *self.segments, tables, lo, step, w, const, rounding, trunc)
-        refine = mode == "two-pass"
-        if refine:
-            # the float query whatever query_bits is (no copy of the quantizer per call)
-            frows, fconst, _ = self.float_rows(self.q, Yc, unrounded=True)
-        else:
-            frows, fconst = np.zeros((1, 8), np.float32), np.zeros((1, 1))
-        return (tables, lo, step, w, const, self.z * rounding, frows, fconst, refine)
+        key = (scan, reranked)
+        if key not in self.modes:
+            mode = self.lists.ivf_scan_mode(self.q, scan, reranked)
+            self.modes[key] = None if mode == "plain" else (mode == "two-pass", *self.fixed)
+        return self.modes[key]
