@@ -60,10 +60,12 @@ class IVFOne(NamedTuple):
     prepare: object = None
 
 
-#: ``IVFOne.prepare(reranked) -> tuple | None``: the family's arguments of one call that
+#: ``IVFOne.prepare(reranked, qt) -> tuple | None``: the family's arguments of one call that
 #: depend on its settings (``reranked``: the exact rerank picks ``k`` of more candidates) or
 #: on module settings read per call, put before ``middle``; None leaves this query to the
-#: batch path. The query's own arrays are made inside the fused kernel.
+#: batch path. A family whose fused kernel makes the query's own arrays itself gets
+#: ``qt=None``; one whose ``prepare.needs_query`` is true gets the prepared, transformed
+#: query float32 [1, d] and may make them here.
 
 
 class FlatOne(NamedTuple):

@@ -250,16 +250,20 @@ def _fused(index, state, x, call):
     qp = np.empty_like(x) if sim is Similarity.COSINE else x
     qt = _NO_TRANSFORM
     prepare = state["prepare"]
-    if prepare is not None:  # the family's arguments of this call
-        extra = prepare(reranked)
-        if extra is None:
-            return None
-        middle = (*extra, *middle)
-    if q.transform_ is not None:
+    wants_query = prepare is not None and getattr(prepare, "needs_query", False)
+    Qt = None
+    if q.transform_ is not None or wants_query:
         Qp = prepared_query(x, sim)
         if Qp is None:
             return None  # the general path raises
-        qt = q.transform_rows(Qp)[0]
+        Qt = Qp if q.transform_ is None else q.transform_rows(Qp)
+        if q.transform_ is not None:
+            qt = Qt[0]
+    if prepare is not None:  # the family's arguments of this call
+        extra = prepare(reranked, Qt if wants_query else None)
+        if extra is None:
+            return None
+        middle = (*extra, *middle)
     blocks = state["segment"].blocks if head[1] else None
     rows_ok, block_rows, row_data, row_crcs = _ALL_ROWS_OK, _ONE_BLOCK, _NO_ROW_DATA, _NO_ROW_CRCS
     cold = _NOT_COLD

@@ -147,7 +147,7 @@ class _Prepare:
         self.fixed = (float(PREFILTER_Z), q._coded, keep)
         self.modes = {}  # (IVF_SCAN, reranked) -> the call's arguments, None for "plain"
 
-    def __call__(self, reranked: bool):
+    def __call__(self, reranked: bool, qt=None):
         """``(refine, z, frame, keep)`` or None where the float-table scan serves (the
         batch path)."""
         scan = self.lists.IVF_SCAN

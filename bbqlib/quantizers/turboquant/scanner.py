@@ -53,8 +53,10 @@ class _Prepare:
     """The query's tables before the fused call, as :meth:`TurboQuantScanner.scan_pairs`
     makes them for a batch (one query equals its row of a batch). Holds no query's state."""
 
+    needs_query = True  # its tables are made here, from the transformed query
+
     def __init__(self, q):
         self.q = q
 
-    def __call__(self, qt, reranked: bool):
+    def __call__(self, reranked: bool, qt):
         return self.q.tables(np.ascontiguousarray(qt, dtype=np.float32))
