@@ -360,7 +360,7 @@ def compare(
     if not float(oversample) >= 1.0:
         raise ValueError(f"oversample must be >= 1 (e.g. 4.0), got {oversample!r}")
     metric = {"euclidean": "l2", "cosine": "cosine"}.get(sim.value, "ip")
-    gt_scores, gt_ids = exact_knn(Xc, Q, k, metric=metric, scores_first=True)
+    _, gt_ids = exact_knn(Xc, Q, k, metric=metric, scores_first=True)
 
     rows, skipped, reports = [], [], {}
     for budget in budgets:
@@ -395,7 +395,6 @@ def compare(
                      recall_at_k(ids, gt_ids, k), recall_at_k(ids_rerank, gt_ids, k),
                      n / max(encode_s, 1e-9), Q.shape[0] / max(scan_s, 1e-9))
             )  # fmt: skip
-    del gt_scores
     return Comparison(
         rows=rows,
         skipped=skipped,
