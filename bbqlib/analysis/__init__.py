@@ -1,5 +1,7 @@
-"""Evaluation tools: recall with ties, exact ground truth, estimator error analysis."""
+"""Evaluation tools: recall with ties, exact ground truth, estimator error analysis, and a
+comparison of the quantizer families at equal bytes per vector."""
 
+from .compare import Comparison, compare
 from .estimators import (
     BandStats,
     ErrorReport,
@@ -12,6 +14,8 @@ from .ground_truth import exact_knn
 from .recall import recall_at_k, recall_per_query
 
 __all__ = [
+    "compare",
+    "Comparison",
     "exact_knn",
     "recall_at_k",
     "recall_per_query",

@@ -68,7 +68,9 @@ def plot_error_histogram(
     reports : ErrorReport, mapping label -> ErrorReport, or sequence of them
     band : str
         ``"all"`` (the uniform pair sample), ``"top-10"``, ``"top-100"`` (every top pair) or
-        ``"rest"``.
+        ``"rest"``. The legend gives each method's bias over *all* the band's pairs (the
+        report's figure); for ``"all"`` and ``"rest"``, which are drawn from a sample, also the
+        mean of the plotted sample.
     bins : int
         Bins shared by all methods (their range covers the 0.5-99.5% quantiles of all errors).
     ax : matplotlib Axes, optional
@@ -85,15 +87,22 @@ def plot_error_histogram(
         lo, hi = lo - 0.5, hi + 0.5
     edges = np.linspace(lo, hi, int(bins) + 1)
     ax = _axes(ax)
-    for label, e in errs:
-        ax.hist(
-            e, bins=edges, histtype="step", density=density, label=f"{label} (bias {e.mean():+.3g})"
-        )
+    sampled = band in ("all", "rest")  # a uniform sample of the band's pairs is drawn
+    for (label, e), (_, r) in zip(errs, items, strict=True):
+        # The legend gives the band's bias over all its pairs (the report's) and, for a
+        # sampled band, the mean of the plotted sample too: the two differ by sampling error.
+        whole = r[band].bias if band in r.band_names else float("nan")
+        text = f"bias {whole:+.3g}" + (f", plotted sample {e.mean():+.3g}" if sampled else "")
+        ax.hist(e, bins=edges, histtype="step", density=density, label=f"{label} ({text})")
     ax.axvline(0.0, color="0.3", lw=0.8, ls="--")
     r0 = items[0][1]
     ax.set_xlabel(f"estimate − exact ({r0.scale})")
     ax.set_ylabel("density" if density else "pairs")
-    ax.set_title(f"estimation error, {band} pairs")
+    shown = errs[0][1].size
+    if sampled:
+        ax.set_title(f"{band} pairs: uniform sample of {shown:,} (bias over all pairs)")
+    else:
+        ax.set_title(f"{band} pairs: all {shown:,} per method")
     ax.legend(fontsize="small")
     return ax
 
@@ -124,15 +133,18 @@ def plot_error_vs_similarity(
         raise ValueError(f"kind must be 'hexbin' or 'scatter', got {kind!r}")
     p = r.pairs
     uni = p.band("all")
+    sample_label = f"all pairs: uniform sample of {int(uni.sum()):,}"
     ax = _axes(ax)
     if kind == "hexbin":
-        ax.hexbin(p.exact[uni], p.error[uni], gridsize=gridsize, bins="log", cmap="Blues", mincnt=1)
+        ax.hexbin(p.exact[uni], p.error[uni], gridsize=gridsize, bins="log", cmap="Blues",
+                  mincnt=1, label=sample_label)  # fmt: skip
     else:
-        ax.scatter(p.exact[uni], p.error[uni], s=2, alpha=0.3, color="C0", label="all (sample)")
+        ax.scatter(p.exact[uni], p.error[uni], s=2, alpha=0.3, color="C0", label=sample_label)
     if show_top and r.top:
         k = min(10, r.top)
         top = p.band(f"top-{k}")
-        ax.scatter(p.exact[top], p.error[top], s=3, alpha=0.5, color="C3", label=f"top-{k}")
+        ax.scatter(p.exact[top], p.error[top], s=3, alpha=0.5, color="C3",
+                   label=f"top-{k} pairs: all {int(top.sum()):,}")  # fmt: skip
         ax.legend(fontsize="small", loc="best")
     ax.axhline(0.0, color="0.3", lw=0.8, ls="--")
     exact_name = "squared L2" if r.similarity == "euclidean" else "inner product"
