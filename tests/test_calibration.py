@@ -272,8 +272,15 @@ def test_bootstrap_bounds():
 
 def test_space_rows_come_from_the_registry():
     points = code_points(SPACE, "ivf")
-    families = {"osq", "rabitq", "int8_per_dim", "int8_global", "saq", "turboquant",
-                "turboquant_prod"}
+    families = {
+        "osq",
+        "rabitq",
+        "int8_per_dim",
+        "int8_global",
+        "saq",
+        "turboquant",
+        "turboquant_prod",
+    }
     assert {p.encoding.family for p in points} == families
     assert all(p.encoding in bbqlib.ENCODINGS.rows(p.encoding.family, index="ivf")
                for p in points)  # fmt: skip
