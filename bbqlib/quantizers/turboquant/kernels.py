@@ -30,8 +30,10 @@ _pair_terms = pair_terms.serial
 @kernel(inline="always")
 def lut_sum(row, off, bits, w, groups, table):
     """``Σ`` of ``table[chunk, code of chunk]`` over the ``groups`` groups of ``row`` from
-    byte ``off`` (``bits`` bytes per group, chunks of ``w`` bits)."""
-    acc = 0.0
+    byte ``off`` (``bits`` bytes per group, chunks of ``w`` bits): one partial sum per chunk
+    of a group, added in order at the end (eight independent sums instead of one chain of
+    dependent additions; the order is fixed, so one query gives its row of a batch)."""
+    part = np.zeros(8, dtype=np.float64)
     mask = (1 << w) - 1
     per = (8 * bits) // w
     for g in range(groups):
@@ -41,7 +43,10 @@ def lut_sum(row, off, bits, w, groups, table):
             word |= np.int64(row[base + t]) << (8 * t)
         c0 = g * per
         for t in range(per):
-            acc += table[c0 + t, (word >> (t * w)) & mask]
+            part[t] += table[c0 + t, (word >> (t * w)) & mask]
+    acc = 0.0
+    for t in range(per):
+        acc += part[t]
     return acc
 
 
