@@ -1,7 +1,8 @@
 """One query against a batch, per quantizer family, on Flat and IVF (issue 28's measure).
 
 For every family (BBQ 1-bit and 2-bit, RaBitQ 2-bit, int8 ``osq`` / ``per_dim`` /
-``global``, SAQ 2 bits per dimension) and both indexes (``FlatIndex``, in-memory ``IVFIndex``)
+``global``, SAQ 2 bits per dimension, TurboQuant 4-bit MSE) and both indexes
+(``FlatIndex``, in-memory ``IVFIndex``)
 on debian-minilm-384, one thread, default options, ``k = 10``, after ``bbqlib.warmup(index)``:
 
 * **batch**: one ``search`` call with every query, its time divided by the number of queries
@@ -39,6 +40,7 @@ FAMILIES = (
     ("int8 per_dim", lambda b, sim: b.ScalarQuantizer(bits=8, method="per_dim", similarity=sim)),
     ("int8 global", lambda b, sim: b.ScalarQuantizer(bits=8, method="global", similarity=sim)),
     ("SAQ 2 bits/dim", lambda b, sim: b.SAQQuantizer(bits=2.0, similarity=sim, seed=0)),
+    ("TurboQuant 4-bit", lambda b, sim: b.TurboQuantQuantizer(bits=4, similarity=sim, seed=0)),
 )
 
 
