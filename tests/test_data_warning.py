@@ -81,3 +81,16 @@ def test_one_outlier_does_not_warn():
     X = load_demo_sample()["base"].copy()
     X[5] *= 1e6
     assert added(bbqlib.FlatIndex(bits=1, similarity="max_inner_product"), X) == []
+
+
+def test_variance_on_few_coordinates_warns_without_a_rotation():
+    X = load_demo_sample()["base"].copy()
+    X[:, ::10] *= 10.0  # a tenth of the coordinates 10x wider
+    caught = added(bbqlib.FlatIndex(bits=1, similarity="euclidean"), X)
+    assert len(caught) == 1 and "precondition=True" in str(caught[0].message)
+    # a rotation (BBQ's precondition, RaBitQ's own) or per-dimension int8 grids cope: silent
+    assert added(bbqlib.FlatIndex(bits=1, similarity="euclidean", precondition=True), X) == []
+    rabitq = bbqlib.RaBitQQuantizer(bits=1, similarity="euclidean")
+    assert added(bbqlib.FlatIndex(rabitq), X) == []
+    per_dim = bbqlib.ScalarQuantizer(method="per_dim", similarity="euclidean")
+    assert added(bbqlib.FlatIndex(per_dim), X) == []

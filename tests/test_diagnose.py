@@ -32,6 +32,7 @@ def test_isotropic_gaussian():
     # participation ratio of a sample covariance of 4000 x 128: close to 128
     assert 100 < report.effective_dimension <= 128
     assert report.anisotropy < 2.0
+    assert report.coordinate_participation > 0.95
     assert report.mean_offset < 0.2
     assert report.default_recall is None
     assert names(report) == []
@@ -47,7 +48,8 @@ def test_low_dimension_and_anisotropy_and_duplicates():
     report = bbqlib.diagnose(Y.astype(np.float32), "euclidean", measure=False)
     assert report.anisotropy > 50
     assert report.duplicate_rate == pytest.approx(0.1, abs=1e-3)
-    assert {"anisotropy", "duplicates"} <= set(names(report))
+    assert report.coordinate_participation < 0.1
+    assert {"coordinate_spread", "duplicates"} <= set(names(report))
     assert all(f.fix for f in report.findings)
 
 

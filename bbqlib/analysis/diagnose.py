@@ -21,6 +21,8 @@ from ..quantizers.centre import outlier_rows
 from ..quantizers.data_checks import (
     LOW_BITS,
     Finding,
+    coordinate_participation,
+    coordinate_spread_finding,
     low_bits_finding,
     norm_spread_finding,
     sample_rows,
@@ -33,8 +35,6 @@ __all__ = ["Diagnosis", "diagnose"]
 WIDTHS = (1, 2, 4, 7)
 #: Effective dimension below which 1-bit codes spend most bits on noise directions.
 LOW_EFFECTIVE_DIM = 16
-#: Largest eigenvalue over the mean one above which a random rotation helps scalar codes.
-ANISOTROPY = 50.0
 #: Mean offset (||mean|| over the median distance to it) above which centring matters.
 OFFSET = 1.0
 #: Share of sample rows with an exact duplicate above which the report flags them.
@@ -57,6 +57,9 @@ class Diagnosis:
         ``{width: dim * width}`` for 1, 2, 4 and 7 bits per dimension.
     anisotropy : float
         Largest eigenvalue of the centred sample's covariance over the mean eigenvalue.
+    coordinate_participation : float
+        ``(Σσ²)² / (d Σσ⁴)`` of the per-coordinate variances (1: every coordinate alike;
+        below 0.5 codes without a rotation lose recall).
     mean_offset : float
         Norm of the mean over the median distance of a row to it.
     norm_spread : float
@@ -83,6 +86,7 @@ class Diagnosis:
     effective_dimension: float
     bits_per_vector: dict
     anisotropy: float
+    coordinate_participation: float
     mean_offset: float
     norm_spread: float
     outliers: int
@@ -100,6 +104,8 @@ class Diagnosis:
             "  bits per vector      "
             + ", ".join(f"{w}-bit: {b}" for w, b in self.bits_per_vector.items()),
             f"  anisotropy           {self.anisotropy:.1f} (largest / mean eigenvalue)",
+            f"  coordinates          {self.coordinate_participation:.2f} (participation ratio "
+            "of their variances)",
             f"  mean offset          {self.mean_offset:.2f} (|mean| / median distance to it)",
             f"  norm spread          {self.norm_spread:.2f} (p99 / median norm)",
             f"  far outliers         {self.outliers}",
@@ -142,13 +148,9 @@ def _findings(report: dict, dim: int, similarity, norms: np.ndarray) -> list[Fin
             "use bits=2 or 4, or an IVFIndex (residuals to list centres are closer to "
             "isotropic)",
         ))  # fmt: skip
-    if report["anisotropy"] > ANISOTROPY:
-        found.append(Finding(
-            "anisotropy",
-            f"the largest direction carries {report['anisotropy']:.0f}x the mean variance",
-            "precondition=True (a random orthogonal transform spreads the variance over "
-            "every dimension before scalar quantization)",
-        ))  # fmt: skip
+    spread = coordinate_spread_finding(report["coordinate_participation"])
+    if spread is not None:
+        found.append(spread)
     if report["outliers"]:
         found.append(Finding(
             "outliers",
@@ -249,6 +251,7 @@ def diagnose(X, similarity: str, *, k: int = 10, sample: int = 20_000, n_queries
     stats = {
         "effective_dimension": total**2 / float((eig**2).sum()) if total > 0 else 0.0,
         "anisotropy": float(eig.max()) / (total / dim) if total > 0 else 0.0,
+        "coordinate_participation": coordinate_participation(prepared),
         "mean_offset": float(np.linalg.norm(mean)) / max(float(np.median(spread)), 1e-30),
         "norm_spread": float(np.percentile(norms, 99)) / median_norm if median_norm > 0 else 0.0,
         "outliers": int(far.sum()),
@@ -267,6 +270,7 @@ def diagnose(X, similarity: str, *, k: int = 10, sample: int = 20_000, n_queries
                                 n_queries=n_queries, seed=seed, n=n)  # fmt: skip
         recommended = calibration.chosen
     return Diagnosis(n, dim, sim.value, k, len(rows), stats["effective_dimension"],
-                     {w: dim * w for w in WIDTHS}, stats["anisotropy"], stats["mean_offset"],
+                     {w: dim * w for w in WIDTHS}, stats["anisotropy"],
+                     stats["coordinate_participation"], stats["mean_offset"],
                      stats["norm_spread"], stats["outliers"], stats["duplicate_rate"], recall,
                      tuple(findings), recommended, calibration)  # fmt: skip
