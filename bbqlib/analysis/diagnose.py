@@ -266,8 +266,10 @@ def diagnose(X, similarity: str, *, k: int = 10, sample: int = 20_000, n_queries
     if recommend:
         from ..calibration import calibrate
 
-        calibration = calibrate(sample32, similarity=sim.value, k=k, target_recall=target_recall,
-                                n_queries=n_queries, seed=seed, n=n)  # fmt: skip
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DataWarning)  # its candidates: findings above
+            calibration = calibrate(sample32, similarity=sim.value, k=k, n_queries=n_queries,
+                                    target_recall=target_recall, seed=seed, n=n)  # fmt: skip
         recommended = calibration.chosen
     return Diagnosis(n, dim, sim.value, k, len(rows), stats["effective_dimension"],
                      {w: dim * w for w in WIDTHS}, stats["anisotropy"],
