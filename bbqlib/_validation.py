@@ -69,8 +69,8 @@ class NotFittedError(ValueError, AttributeError):
 
 class DataWarning(UserWarning):
     """Warned by an index's first ``add`` when a cheap check of the data finds something the
-    defaults will not handle well (too few bits per vector, norms spread far apart under
-    ``max_inner_product``); the message names the finding and the fix
+    defaults will not handle well (too few bits per vector, variance on few coordinates for
+    codes without a rotation); the message names the finding and the fix
     (:mod:`bbqlib.quantizers.data_checks`, ``docs/hard-data.md``)."""
 
 

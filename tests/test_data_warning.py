@@ -1,5 +1,6 @@
 """bbqlib.DataWarning (issue 30): the first add warns, naming the fix, only when the
-defaults will not cope (too few bits per vector, norms far apart under max_inner_product);
+defaults will not cope (too few bits per vector, variance on few coordinates without a
+rotation);
 never on ordinary data (the bundled sample, the shared MiniLM and word-vector sets)."""
 
 from __future__ import annotations
@@ -67,13 +68,12 @@ def test_low_bits_threshold():
     assert [f.name for f in data_findings(q, X[:, :LOW_BITS])] == ["low_bits"]
 
 
-def test_norm_spread_under_max_inner_product():
+def test_norm_spread_under_max_inner_product_does_not_warn():
+    # measured: wide norms make max_inner_product easier for the defaults, not harder
     rng = np.random.default_rng(1)
-    X = rng.normal(size=(3000, 128)) * np.exp(1.5 * rng.normal(size=(3000, 1)))
+    X = load_demo_sample()["base"] * np.exp(1.5 * rng.normal(size=(4000, 1)))
     X = X.astype(np.float32)
-    caught = added(bbqlib.FlatIndex(bits=1, similarity="max_inner_product"), X)
-    assert len(caught) == 1 and "norm" in str(caught[0].message)
-    assert added(bbqlib.FlatIndex(bits=1, similarity="euclidean"), X) == []
+    assert added(bbqlib.FlatIndex(bits=1, similarity="max_inner_product"), X) == []
 
 
 def test_one_outlier_does_not_warn():

@@ -24,7 +24,6 @@ from ..quantizers.data_checks import (
     coordinate_participation,
     coordinate_spread_finding,
     low_bits_finding,
-    norm_spread_finding,
     sample_rows,
 )
 from ..similarity import resolve_similarity
@@ -137,9 +136,6 @@ def _findings(report: dict, dim: int, similarity, norms: np.ndarray) -> list[Fin
     low = low_bits_finding(dim, 1, "flat")
     if low is not None:
         found.append(low)
-    spread = norm_spread_finding(norms, similarity)
-    if spread is not None:
-        found.append(spread)
     if report["effective_dimension"] < LOW_EFFECTIVE_DIM and dim * 1 > LOW_BITS:
         found.append(Finding(
             "low_effective_dimension",
