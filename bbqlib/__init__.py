@@ -8,7 +8,7 @@ that meets a recall target on your vectors (imported on first use, like :func:`s
 
 from . import threads as _threads_path  # noqa: F401  (keeps bbqlib.threads, a shim, bound)
 from . import warmup as _warmup_path  # noqa: F401  (the shim; bound first, then the function)
-from ._validation import NotFittedError
+from ._validation import DataWarning, NotFittedError
 from ._version import __version__
 from .encoding import ENCODINGS, Encoding, encoding_from_wire, get_encoding
 from .index import FlatIndex, IVFIndex
@@ -32,6 +32,7 @@ from .storage.locks import LockError, LockTimeoutError, get_lock_timeout, set_lo
 __all__ = [
     "BBQQuantizer",
     "CorruptFileError",
+    "DataWarning",
     "ENCODINGS",
     "EncodedVectors",
     "Encoding",
@@ -49,6 +50,7 @@ __all__ = [
     "TurboQuantQuantizer",
     "UnsupportedFormatError",
     "calibrate",
+    "diagnose",
     "encoding_from_wire",
     "get_encoding",
     "get_lock_timeout",
@@ -66,7 +68,7 @@ __all__ = [
 _start_numba()  # numba's once-per-process start, here rather than in the first query
 
 #: Public names whose modules load on first use (they are not needed to serve an index).
-_LAZY = {"calibrate": "calibration", "sizing": "calibration"}
+_LAZY = {"calibrate": "calibration", "sizing": "calibration", "diagnose": "analysis.diagnose"}
 
 
 def __getattr__(name: str):

@@ -67,6 +67,13 @@ class NotFittedError(ValueError, AttributeError):
     """Raised when a quantizer or index is used before ``fit`` / ``add``."""
 
 
+class DataWarning(UserWarning):
+    """Warned by an index's first ``add`` when a cheap check of the data finds something the
+    defaults will not handle well (too few bits per vector, variance on few coordinates for
+    codes without a rotation); the message names the finding and the fix
+    (:mod:`bbqlib.quantizers.data_checks`, ``docs/hard-data.md``)."""
+
+
 def check_vectors(
     X,
     name: str = "X",

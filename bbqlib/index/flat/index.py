@@ -14,6 +14,7 @@ from ..._validation import (
     prepare_for_similarity,
 )
 from ...quantizers import EncodedVectors, Quantizer
+from ...quantizers.data_checks import warn_about_data
 from ...search.rerank import check_oversample, exact_mode, rerank_keys
 from ...search.stored import check_store_vectors, stored_exact_values, stored_rows, to_stored
 from ...storage.blocks import BlockChecksums
@@ -137,6 +138,7 @@ class FlatIndex(Index):
             if not q.is_fitted:
                 with self._guard.swapping():  # no search may see a half-fitted quantizer
                     q.fit(source)
+                warn_about_data(q, source, index="flat")  # DataWarning naming the fix
             rows = check_vectors(source, "X", dim=q.dim_)
             enc = q.encode(rows)  # validates the similarity's rules before anything is stored
             vectors = None

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..._kernels import ivf as KI
+from ...quantizers.data_checks import warn_about_data
 from ...storage.atomic import temp_path
 from .postings import Postings
 
@@ -360,6 +361,7 @@ def build(index, source: np.ndarray, show: bool) -> None:
     q = index.quantizer
     kind = index.store_vectors
     q.fit(fit_sample(source, index.seed))
+    warn_about_data(q, source, index="ivf", stacklevel=5)  # to the caller of IVFIndex.add
     batches = prepared_batches(index, source, show, "vectors")
     work = None
     if index.path is not None:

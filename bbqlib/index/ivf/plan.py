@@ -22,6 +22,7 @@ from ..._kernels import ivf as KI
 from ..._kernels import scoring as KS
 from ..._kernels import vnni as KV
 from ..._validation import row_sq_norms
+from ...quantizers.centre import robust_centre
 from ...quantizers.osq.math import DEFAULT_ITERS, DEFAULT_LAMBDA, quantize_rows
 
 __all__ = [
@@ -108,9 +109,10 @@ def _sqnorms(X: np.ndarray) -> np.ndarray:
 
 
 def centroid_table(centroids: np.ndarray, is_l2: bool, *, parents=None) -> CentroidTable:
-    """7-bit codes of the centroids against their mean ``g`` (and of ``parents``, a
-    :class:`~bbqlib.index.clustering.ParentLevel` or None)."""
-    g = centroids.mean(axis=0, dtype=np.float64).astype(np.float32)
+    """7-bit codes of the centroids against their robust mean ``g`` (and of ``parents``, a
+    :class:`~bbqlib.index.clustering.ParentLevel` or None); a list of far outliers must not
+    move ``g`` (:func:`~bbqlib.quantizers.centre.robust_centre`)."""
+    g = robust_centre(centroids).astype(np.float32)
     codes, factors = _code_against(centroids, g, is_l2)
     gg = float(np.dot(g.astype(np.float64), g))
     cc = _sqnorms(centroids)

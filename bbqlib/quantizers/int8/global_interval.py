@@ -7,6 +7,7 @@ import numpy as np
 from ..._kernels.pairs import grid_pairs
 from ...layouts.codes import DocCodes, QueryCodes
 from ..base import _pair_args
+from ..centre import without_outliers
 from ..encoded import EncodedVectors
 from ..registry import register_quantizer
 from . import ScalarQuantizer
@@ -46,7 +47,8 @@ class GlobalScalarQuantizer(ScalarQuantizer, method="global"):
         levels = 2**self.encoding_.doc_bits - 1
         ci = lucene_confidence_interval(X.shape[1]) if self.quantile is None else self.quantile
         seed = 42 if self.seed is None else self.seed
-        lower, upper = _fit_global(X, float(ci), seed)
+        # one far row must not stretch the interval (it would take its chunk's quantiles)
+        lower, upper = _fit_global(without_outliers(X), float(ci), seed)
         self._set_interval(lower, upper, levels)
 
     def _set_interval(self, lower, upper, levels: int) -> None:

@@ -7,6 +7,7 @@ import numpy as np
 from ..._kernels.pairs import scaled_pairs
 from ...layouts.codes import DocCodes, QueryCodes
 from ..base import _pair_args
+from ..centre import without_outliers
 from ..encoded import EncodedVectors
 from ..registry import register_quantizer
 from . import ScalarQuantizer
@@ -42,6 +43,7 @@ class PerDimScalarQuantizer(ScalarQuantizer, method="per_dim"):
 
     def _fit_transformed(self, X: np.ndarray) -> None:
         levels = 2**self.encoding_.doc_bits - 1
+        X = without_outliers(X)  # one far row must not stretch every dimension's grid
         if self.quantile is None or float(self.quantile) == 1.0:
             lo, hi = X.min(axis=0), X.max(axis=0)
         else:

@@ -1,9 +1,9 @@
 """``BBQQuantizer(arithmetic="lucene")``: Lucene 10.5's OSQ and scorer, bit for bit.
 
-The default arithmetic (``"float64"``) is bbqlib's own: float64 row sums, the plain mean as
-centroid, cosine vectors normalized in float64. This mode instead reproduces what Lucene 10.5's
-``Lucene104ScalarQuantizedVectorsFormat`` does with the same vectors in one flushed segment
-(``docs/lucene.md``):
+The default arithmetic (``"float64"``) is bbqlib's own: float64 row sums, the mean without far
+outliers as centroid (:mod:`bbqlib.quantizers.centre`), cosine vectors normalized in float64.
+This mode instead reproduces what Lucene 10.5's ``Lucene104ScalarQuantizedVectorsFormat`` does
+with the same vectors in one flushed segment (``docs/lucene.md``), outliers included:
 
 * the centroid as ``Lucene104ScalarQuantizedVectorsWriter`` computes it: float32 sums in doc
   order divided by ``(float) n``; for cosine the docs are divided by the float32 magnitude

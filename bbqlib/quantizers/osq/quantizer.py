@@ -10,6 +10,7 @@ from ...encoding import padded_dim
 from ...layouts.codes import DocCodes, QueryCodes
 from ...packing import kernel_codes, pack_codes
 from ..base import Quantizer
+from ..centre import robust_centre
 from ..encoded import EncodedVectors
 from ..registry import register_quantizer
 from .arithmetic import Arithmetic, arithmetic_codec
@@ -44,15 +45,16 @@ class BBQQuantizer(Quantizer):
     iters, lam : int, float
         Optimizer steps and anisotropic weight (5 and 0.1, as Lucene).
     arithmetic : {"float64", "lucene"}
-        ``"float64"`` (default): bbqlib's own arithmetic (float64 sums, the plain mean as
-        centroid). ``"lucene"``: Lucene 10.5's, bit for bit - its centroid and cosine
+        ``"float64"`` (default): bbqlib's own arithmetic (float64 sums, the mean without far
+        outliers as centroid). ``"lucene"``: Lucene 10.5's, bit for bit - its centroid and cosine
         normalization, codes, corrections and float32 scores (1x4, 2x4, 4x4 and 7x7 only,
         no preconditioning; see :mod:`bbqlib.quantizers.osq.lucene` and ``docs/lucene.md``).
 
     Attributes
     ----------
     centroid_ : float32 [d]
-        Plain mean of the fitted vectors (normalized first for cosine, not re-normalized), in
+        Mean of the fitted vectors without far outliers (:mod:`bbqlib.quantizers.centre`;
+        the plain mean when there is none), normalized first for cosine, not re-normalized, in
         the preconditioned space when a transform is set; with ``arithmetic="lucene"`` the
         centroid Lucene's writer computes.
     encoding_ : Encoding
@@ -110,7 +112,7 @@ class BBQQuantizer(Quantizer):
     # -- fitting ----------------------------------------------------------------------------
     def fit(self, X, y=None):
         """Validate the parameters, fix the centroid and the transform (as the arithmetic
-        does: :class:`Float64Arithmetic` takes the plain mean)."""
+        does: :class:`Float64Arithmetic` takes the robust centre)."""
         return arithmetic_codec(self.arithmetic).fit(self, X)
 
     def _set_common(self, encoding, similarity, dim, transform) -> None:
@@ -129,8 +131,9 @@ class BBQQuantizer(Quantizer):
         return self.arithmetic_
 
     def _fit_transformed(self, X: np.ndarray) -> None:
-        """The centroid: the plain mean of the prepared (and transformed) rows."""
-        self._set_centroid(X.mean(axis=0, dtype=np.float64))
+        """The centroid: the mean of the prepared (and transformed) rows without far outliers
+        (:func:`~bbqlib.quantizers.centre.robust_centre`; the plain mean when there is none)."""
+        self._set_centroid(robust_centre(X))
 
     def _set_centroid(self, centroid) -> None:
         self.centroid_ = np.asarray(centroid, dtype=np.float32)
@@ -238,14 +241,15 @@ class BBQQuantizer(Quantizer):
 
 class Float64Arithmetic(Arithmetic):
     """bbqlib's own arithmetic (``arithmetic="float64"``, the default): float64 row sums and
-    corrections, the plain mean as centroid, cosine rows normalized in float64; scores by the
+    corrections, the mean without far outliers as centroid (:mod:`bbqlib.quantizers.centre`),
+    cosine rows normalized in float64; scores by the
     layout kernels of :class:`~bbqlib.quantizers.base.Quantizer` over ``_doc_codes`` /
     ``_query_codes``."""
 
     name = "float64"
 
     def fit(self, q, X):
-        return Quantizer.fit(q, X)  # the base's skeleton; BBQ's _fit_transformed: the mean
+        return Quantizer.fit(q, X)  # the base's skeleton; BBQ's _fit_transformed: the centre
 
     def centroid_dot(self, centroid) -> float:
         return float(np.dot(centroid.astype(np.float64), centroid))

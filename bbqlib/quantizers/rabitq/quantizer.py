@@ -24,6 +24,7 @@ from ...layouts.scan import estimate_raw
 from ...packing import pack_planes, plane_words, unpack_planes
 from ...search.topk import merge_topk
 from ..base import Quantizer
+from ..centre import robust_centre
 from ..encoded import EncodedVectors
 from ..registry import register_quantizer
 from .codes import fast_rescale_factor, grid_codes, quantize_rows
@@ -103,7 +104,8 @@ class RaBitQQuantizer(Quantizer):
     Attributes
     ----------
     centroid_ : float32 [d]
-        Mean of the fitted vectors in the rotated frame (after normalization for cosine).
+        Mean of the fitted vectors without far outliers (:mod:`bbqlib.quantizers.centre`)
+        in the rotated frame (after normalization for cosine).
     transform_ : Transform or None
     encoding_ : Encoding
         :func:`rabitq_encoding` row in use.
@@ -167,8 +169,10 @@ class RaBitQQuantizer(Quantizer):
 
     # -- fitting ----------------------------------------------------------------------------
     def _fit_transformed(self, X: np.ndarray) -> None:
-        """The centre (the rotated mean) and, with ``fast``, the fixed rescaling factor."""
-        self._set_centroid(X.mean(axis=0, dtype=np.float64))
+        """The centre (the rotated rows' mean without far outliers:
+        :func:`~bbqlib.quantizers.centre.robust_centre`) and, with ``fast``, the fixed
+        rescaling factor."""
+        self._set_centroid(robust_centre(X))
         d, bits = X.shape[1], self.encoding_.doc_bits
         self.rescale_factor_ = fast_rescale_factor(d, bits) if self.fast else 0.0
 
@@ -209,7 +213,7 @@ class RaBitQQuantizer(Quantizer):
         """Encode already rotated rows against a centre in the rotated frame.
 
         The hook for residual coding (an IVF list codes ``Xr - centroid`` of its own
-        centroid); :meth:`encode` calls it with the fitted mean.
+        centroid); :meth:`encode` calls it with the fitted centre.
         """
         self._check_fitted()
         Xr = np.ascontiguousarray(Xr, dtype=np.float32)
