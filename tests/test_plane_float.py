@@ -37,8 +37,19 @@ def _dots3(ys, packed, planes, out):
     pad_query(ys[1], qb)
     pad_query(ys[2], qc)
     for i in range(packed.shape[0]):
-        out[0, i], out[1, i], out[2, i] = plane_float_dots((qa, qb, qc), packed[i], planes,
+        out[0, i], out[1, i], out[2, i] = plane_float_dots((qa, qb, qc), (packed[i],), planes,
                                                            plane_bytes)  # fmt: skip
+
+
+@njit(cache=True)
+def _dots_rows(y, packed, planes, out):
+    plane_bytes = packed.shape[1] // planes
+    qpad = np.empty(plane_bytes * 8, dtype=np.float32)
+    pad_query(y, qpad)
+    for i in range(0, packed.shape[0] - 2, 3):
+        out[i], out[i + 1], out[i + 2] = plane_float_dots(
+            (qpad,), (packed[i], packed[i + 1], packed[i + 2]), planes, plane_bytes
+        )
 
 
 def _bound(y, X, planes):
@@ -77,6 +88,11 @@ def test_random_matches_reference(d, planes):
         one = np.empty(len(X))
         _dots(ys[r], pack_planes(X, planes), planes, one)
         np.testing.assert_array_equal(out[r], one)
+    # several docs at once (24 of the 25)
+    rows = np.empty(len(X))
+    _dots_rows(ys[0], pack_planes(X, planes), planes, rows)
+    _dots(ys[0], pack_planes(X, planes), planes, out[0])
+    np.testing.assert_array_equal(rows[:24], out[0, :24])
 
 
 @pytest.mark.parametrize("planes", [1, 2, 4, 7])

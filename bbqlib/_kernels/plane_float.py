@@ -4,7 +4,7 @@ A doc of ``P`` bit planes has codes ``X_i = Σ_p 2^p b_pi``, so ``<y, X> = Σ_i 
 the query's entries, scaled by ``2^p`` (exact), added where plane ``p`` has a 1 bit (masked
 adds), with no unpacking of the codes. :func:`plane_float_dot` fixes the order of every sum,
 so the value does not depend on the machine, the caller or the number of queries scored
-together (:func:`plane_float_dots` scores several queries against one doc):
+together (:func:`plane_float_dots` scores several queries or several docs in one pass):
 
 * the query is read in *lanes*: lane ``8j + b`` holds dimension ``8j + 7 - b``, the one whose
   bit is bit ``b`` of byte ``j`` of each plane (:mod:`bbqlib.packing` packs MSB first), zero
@@ -100,22 +100,25 @@ def _mask16(builder, ptr):
     return builder.bitcast(bits, _M16)
 
 
-def _emit_words(builder, qptrs, rptr, nbytes, accs, planes):
+def _emit_words(builder, qptrs, rptrs, nbytes, accs, planes):
     """The loop over plane words: ``acc_g = bit ? fma(y, 2^p, acc_g) : acc_g`` for each
     16-lane group ``g`` and plane ``p`` in order (``2^p y`` is exact, so fused or not the
-    sum rounds once), for each query (``qptrs``, ``accs[query][group]``), a doc word's masks
-    read once for all of them. ``planes``: a Python int (unrolled) or an LLVM value (a loop)."""
+    sum rounds once), for each doc (``rptrs``) and query (``qptrs``) in
+    ``accs[doc][query][group]``: a doc word's masks read once for all queries, a query's
+    lanes once for all docs. ``planes``: a Python int (unrolled) or an LLVM value (a loop)."""
     fmuladd = cgutils.get_or_insert_function(
         builder.module, ir.FunctionType(_V16, [_V16, _V16, _V16]), "llvm.fmuladd.v16f32"
     )
     words = builder.udiv(nbytes, ir.Constant(_I64, 8))
 
     def step(qvs, byte0, plane, scale, slot):
-        mask = _mask16(builder, builder.gep(rptr, [builder.add(builder.mul(plane, nbytes), byte0)]))
-        for qv, acc_row in zip(qvs, accs, strict=True):
-            old = builder.load(acc_row[slot])
-            new = builder.call(fmuladd, [qv, scale, old])
-            builder.store(builder.select(mask, new, old), acc_row[slot])
+        at = builder.add(builder.mul(plane, nbytes), byte0)
+        for rptr, row_accs in zip(rptrs, accs, strict=True):
+            mask = _mask16(builder, builder.gep(rptr, [at]))
+            for qv, acc_row in zip(qvs, row_accs, strict=True):
+                old = builder.load(acc_row[slot])
+                new = builder.call(fmuladd, [qv, scale, old])
+                builder.store(builder.select(mask, new, old), acc_row[slot])
 
     def group(word, g, slot):
         lane0 = builder.add(builder.mul(word, ir.Constant(_I64, LANES)),
@@ -157,24 +160,30 @@ def _check(q, row, planes, plane_bytes):
         raise TypingError("planes and plane_bytes must be integers")
 
 
-def _dots_codegen(context, builder, qtys, qvals, rowty, row, planes_ty, planes, bytes_ty, nbytes):
-    qptrs = [
-        context.make_array(ty)(context, builder, v).data for ty, v in zip(qtys, qvals, strict=True)
-    ]
-    rptr = context.make_array(rowty)(context, builder, row).data
-    n_planes = context.cast(builder, planes, planes_ty, types.int64)
-    nbytes = context.cast(builder, nbytes, bytes_ty, types.int64)
-    accs = [[cgutils.alloca_once_value(builder, ir.Constant(_V16, None))
-             for _ in range(SUM_LANES // _GROUP)] for _ in qptrs]  # fmt: skip
+def _dots_codegen(context, builder, queries, rows, planes, nbytes):
+    """The dots of every (row, query) pair, row-major; ``queries`` / ``rows``: (numba type,
+    LLVM value) pairs, ``planes`` / ``nbytes`` the same."""
+    qptrs = [context.make_array(ty)(context, builder, value).data for ty, value in queries]
+    rptrs = [context.make_array(ty)(context, builder, value).data for ty, value in rows]
+    n_planes = context.cast(builder, planes[1], planes[0], types.int64)
+    nbytes = context.cast(builder, nbytes[1], nbytes[0], types.int64)
+    accs = [[[cgutils.alloca_once_value(builder, ir.Constant(_V16, None))
+              for _ in range(SUM_LANES // _GROUP)] for _ in qptrs] for _ in rptrs]  # fmt: skip
     # the plane count unrolled in the common cases, a loop beyond them: the same sums
     for count in range(1, UNROLLED_PLANES + 1):
         with builder.if_then(builder.icmp_signed("==", n_planes, ir.Constant(_I64, count))):
-            _emit_words(builder, qptrs, rptr, nbytes, accs, count)
+            _emit_words(builder, qptrs, rptrs, nbytes, accs, count)
     many = builder.icmp_signed(">", n_planes, ir.Constant(_I64, UNROLLED_PLANES))
     with builder.if_then(many):
-        _emit_words(builder, qptrs, rptr, nbytes, accs, n_planes)
-    return [builder.fpext(_fold(builder, [builder.load(a) for a in row_accs]), _F64)
-            for row_accs in accs]  # fmt: skip
+        _emit_words(builder, qptrs, rptrs, nbytes, accs, n_planes)
+    return [builder.fpext(_fold(builder, [builder.load(a) for a in query_accs]), _F64)
+            for row_accs in accs for query_accs in row_accs]  # fmt: skip
+
+
+def _tuple(items, name):
+    if not (isinstance(items, types.UniTuple) and items.count >= 1):
+        raise TypingError(f"{name} must be a tuple of arrays of one type, got {items}")
+    return items.dtype, items.count
 
 
 @intrinsic
@@ -187,27 +196,28 @@ def plane_float_dot(typingctx, q, row, planes, plane_bytes):
     sig = types.float64(q, row, planes, plane_bytes)
 
     def codegen(context, builder, signature, args):
-        tys = signature.args
-        return _dots_codegen(context, builder, [tys[0]], [args[0]], tys[1], args[1], tys[2],
-                             args[2], tys[3], args[3])[0]  # fmt: skip
+        pairs = list(zip(signature.args, args, strict=True))
+        return _dots_codegen(context, builder, [pairs[0]], [pairs[1]], pairs[2], pairs[3])[0]
 
     return sig, codegen
 
 
 @intrinsic
-def plane_float_dots(typingctx, qs, row, planes, plane_bytes):
-    """``(<q, X> for q in qs)``: :func:`plane_float_dot` of each query of the tuple ``qs``
-    (the same values), the doc's plane words read once for all of them."""
-    if not (isinstance(qs, types.UniTuple) and qs.count >= 1):
-        raise TypingError(f"qs must be a tuple of queries of one type, got {qs}")
-    _check(qs.dtype, row, planes, plane_bytes)
-    sig = types.UniTuple(types.float64, qs.count)(qs, row, planes, plane_bytes)
+def plane_float_dots(typingctx, qs, rows, planes, plane_bytes):
+    """``(<q, X_r> for r in rows for q in qs)``: :func:`plane_float_dot` of each query of the
+    tuple ``qs`` and each doc of the tuple ``rows`` (the same values), a doc's plane words
+    read once for all queries and a query's lanes once for all docs."""
+    qty, nq = _tuple(qs, "qs")
+    rowty, nrows = _tuple(rows, "rows")
+    _check(qty, rowty, planes, plane_bytes)
+    sig = types.UniTuple(types.float64, nq * nrows)(qs, rows, planes, plane_bytes)
 
     def codegen(context, builder, signature, args):
+        queries = [(qty, v) for v in cgutils.unpack_tuple(builder, args[0])]
+        docs = [(rowty, v) for v in cgutils.unpack_tuple(builder, args[1])]
         tys = signature.args
-        qvals = cgutils.unpack_tuple(builder, args[0])
-        values = _dots_codegen(context, builder, [qs.dtype] * qs.count, qvals, tys[1], args[1],
-                               tys[2], args[2], tys[3], args[3])  # fmt: skip
+        values = _dots_codegen(context, builder, queries, docs, (tys[2], args[2]),
+                               (tys[3], args[3]))  # fmt: skip
         return context.make_tuple(builder, signature.return_type, values)
 
     return sig, codegen

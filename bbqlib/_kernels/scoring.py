@@ -12,9 +12,10 @@ Per-doc factors are rows ``(a_x, l_x, ΣX, add_x)`` (float32 [n, 4]); per-query 
 
 Three layouts of ``<X, Y>``: bit planes (uint64 words, ``Σ_{s,t} 2^{s+t} popcount(q_s & d_t)``),
 bytes (uint8 × uint8) and float query × codes (uint8 bytes, ``float_dot``; bit planes read
-straight from the planes, :mod:`bbqlib._kernels.plane_float`). The scans keep the top ``k`` per query in
-a bounded heap inside the scan (memory O(chunks · nq · k)), ranked by the raw value (``-d²`` for
-euclidean), ties broken by the lower id, so results do not depend on the thread count.
+straight from the planes, :mod:`bbqlib._kernels.plane_float`). The scans keep the top ``k``
+per query in a bounded heap inside the scan (memory O(chunks · nq · k)), ranked by the raw
+value (``-d²`` for euclidean), ties broken by the lower id, so results do not depend on the
+thread count.
 """
 
 from __future__ import annotations
@@ -349,7 +350,8 @@ def scan_float_planes(
 ):
     """:func:`scan_float` over plane-packed docs (``packed`` uint8 [n, planes * plane_bytes]),
     dots straight from the planes (:func:`~bbqlib._kernels.plane_float.plane_float_dot`; two
-    queries at a time share each doc's plane words, with the same values as one alone)."""
+    queries at a time share each doc's plane words, one query takes two docs at a time: the
+    same values as one of each)."""
     n = packed.shape[0]
     nq = qv.shape[0]
     chunks = out_keys.shape[0]
@@ -365,16 +367,23 @@ def scan_float_planes(
             for q in range(0, nq - 1, 2):
                 pair = (qpad[q], qpad[q + 1])
                 for j in range(m):
-                    dots[j], dots2[j] = plane_float_dots(pair, packed[b0 + j], planes, plane_bytes)
+                    dots[j], dots2[j] = plane_float_dots(
+                        pair, (packed[b0 + j],), planes, plane_bytes
+                    )
                 _block_keys(dots, m, b0, df, qf[q], dim, cc, is_l2, block_keys)
                 _offer_block(out_keys[c, q], out_ids[c, q], block_keys, m, b0, allowed, id_base)
                 _block_keys(dots2, m, b0, df, qf[q + 1], dim, cc, is_l2, block_keys)
                 _offer_block(
                     out_keys[c, q + 1], out_ids[c, q + 1], block_keys, m, b0, allowed, id_base
                 )
-            if nq % 2 == 1:
+            if nq % 2 == 1:  # one query (or the last of an odd count): two docs at a time
                 q = nq - 1
-                for j in range(m):
-                    dots[j] = plane_float_dot(qpad[q], packed[b0 + j], planes, plane_bytes)
+                query = (qpad[q],)
+                for j in range(0, m - 1, 2):
+                    dots[j], dots[j + 1] = plane_float_dots(
+                        query, (packed[b0 + j], packed[b0 + j + 1]), planes, plane_bytes
+                    )
+                if m % 2 == 1:
+                    dots[m - 1] = plane_float_dot(qpad[q], packed[b0 + m - 1], planes, plane_bytes)
                 _block_keys(dots, m, b0, df, qf[q], dim, cc, is_l2, block_keys)
                 _offer_block(out_keys[c, q], out_ids[c, q], block_keys, m, b0, allowed, id_base)
