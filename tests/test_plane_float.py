@@ -55,7 +55,7 @@ def _dots_rows(y, packed, planes, out):
 def _bound(y, X, planes):
     """γ_h Σ |y_i| X_i with the height of the kernel's summation tree (module docstring)."""
     words = -(-X.shape[1] // 64)
-    h = planes * -(-words // 2) + 7
+    h = planes * words + 6
     u = 2.0**-24
     return h * u / (1 - h * u) * (np.abs(y.astype(np.float64)) @ X.astype(np.float64).T)
 

@@ -135,12 +135,12 @@ def test_byte_dots_exact(d, bits):
 def float_dot_bound(y, X, planes=0):
     """Rounding bound of a float32 dot product of length d, in any summation order:
     γ_d Σ|y_i x_i| with u = 2⁻²⁴ (Higham, Thm 3.1); the codes are exact in float32. Against
-    ``planes`` bit planes the sum is a tree of height ``planes ⌈words / 2⌉ + 7``
+    ``planes`` bit planes the sum is a tree of height ``planes · words + 6``
     (:mod:`bbqlib._kernels.plane_float`), which can exceed a tiny d."""
     d = y.shape[1]
     if planes:
         words = -(-d // 64)
-        d = max(d, planes * -(-words // 2) + 7)
+        d = max(d, planes * words + 6)
     u = 2.0**-24
     gamma = d * u / (1 - d * u)
     return gamma * (np.abs(y.astype(np.float64)) @ X.astype(np.float64).T)

@@ -10,17 +10,16 @@ together (:func:`plane_float_dots` scores several queries or several docs in one
   bit is bit ``b`` of byte ``j`` of each plane (:mod:`bbqlib.packing` packs MSB first), zero
   past the true dimension (:func:`pad_query`), ``64 · words`` lanes (``words`` uint64 words
   per plane);
-* ``SUM_LANES`` (128) float32 accumulators start at ``+0.0``; for each word ``w`` in order and
-  each plane ``p`` in order, accumulator ``a = 64 (w mod 2) + l`` of lane ``64 w + l`` becomes
-  ``fma(2^p, y, a)`` where the bit is set (one rounding: ``2^p y`` is exact) and stays where
-  it is not;
-* the 128 accumulators are folded in halves: ``v[:64] + v[64:]``, then ``[:32] + [32:]``, ...
+* ``LANES`` (64) float32 accumulators start at ``+0.0``; for each word ``w`` in order and
+  each plane ``p`` in order, accumulator ``l`` of lane ``64 w + l`` becomes ``fma(2^p, y, a)``
+  where the bit is set (one rounding: ``2^p y`` is exact) and stays where it is not;
+* the 64 accumulators are folded in halves: ``v[:32] + v[32:]``, then ``[:16] + [16:]``, ...
   to one float32, returned as float64.
 
 Each dot is a float32 summation tree of the terms ``2^p y_i b_pi`` (``Σ |terms| = Σ |y_i| X_i``)
-of height ``h = P ⌈words / 2⌉ + 7``, so its error is within ``γ_h Σ |y_i| X_i`` (Higham): the
+of height ``h = P · words + 6``, so its error is within ``γ_h Σ |y_i| X_i`` (Higham): the
 bound of a float32 dot of ``h`` terms, well below the ``γ_d`` of a dot summed in order
-(``d = 384``, 2 planes: ``h = 13``).
+(``d = 384``, 2 planes: ``h = 18``).
 
 The IR is generic (16-lane masks from two bytes, selects, ``llvm.fmuladd``): with AVX-512 a
 mask register and one masked FMA per 16 lanes and plane; AVX2 and other targets get LLVM's
@@ -39,12 +38,10 @@ from numba.extending import intrinsic
 
 from .policy import kernel
 
-__all__ = ["LANES", "SUM_LANES", "plane_float_dot", "plane_float_dots", "pad_query"]
+__all__ = ["LANES", "plane_float_dot", "plane_float_dots", "pad_query"]
 
 #: Lanes of a plane sum: one uint64 word of a plane, 64 dimensions.
 LANES = 64
-#: Lanes of the sums: two words' worth, so a doc's sum runs in 8 chains of 16 lanes.
-SUM_LANES = 2 * LANES
 #: Plane counts compiled without a loop over planes.
 UNROLLED_PLANES = 4
 
@@ -137,17 +134,9 @@ def _emit_words(builder, qptrs, rptrs, nbytes, accs, planes):
             old = builder.load(scale)
             builder.store(builder.fadd(old, old), scale)
 
-    per = LANES // _GROUP
-    two = ir.Constant(_I64, 2)
-    with cgutils.for_range(builder, builder.udiv(words, two)) as pair:
-        first = builder.mul(pair.index, two)
-        for slot in range(2 * per):  # word 2t in the first four slots, 2t + 1 in the rest
-            group(builder.add(first, ir.Constant(_I64, slot // per)), slot % per, slot)
-    odd = builder.icmp_unsigned("!=", builder.urem(words, two), ir.Constant(_I64, 0))
-    with builder.if_then(odd):
-        last = builder.sub(words, ir.Constant(_I64, 1))
-        for slot in range(per):
-            group(last, slot, slot)
+    with cgutils.for_range(builder, words) as word:
+        for g in range(LANES // _GROUP):
+            group(word.index, g, g)
 
 
 def _check(q, row, planes, plane_bytes):
@@ -168,7 +157,7 @@ def _dots_codegen(context, builder, queries, rows, planes, nbytes):
     n_planes = context.cast(builder, planes[1], planes[0], types.int64)
     nbytes = context.cast(builder, nbytes[1], nbytes[0], types.int64)
     accs = [[[cgutils.alloca_once_value(builder, ir.Constant(_V16, None))
-              for _ in range(SUM_LANES // _GROUP)] for _ in qptrs] for _ in rptrs]  # fmt: skip
+              for _ in range(LANES // _GROUP)] for _ in qptrs] for _ in rptrs]  # fmt: skip
     # the plane count unrolled in the common cases, a loop beyond them: the same sums
     for count in range(1, UNROLLED_PLANES + 1):
         with builder.if_then(builder.icmp_signed("==", n_planes, ir.Constant(_I64, count))):

@@ -349,9 +349,9 @@ def scan_float_planes(
     qv, qf, packed, df, planes, plane_bytes, dim, cc, is_l2, allowed, id_base, out_keys, out_ids
 ):
     """:func:`scan_float` over plane-packed docs (``packed`` uint8 [n, planes * plane_bytes]),
-    dots straight from the planes (:func:`~bbqlib._kernels.plane_float.plane_float_dot`; two
-    queries at a time share each doc's plane words, one query takes two docs at a time: the
-    same values as one of each)."""
+    dots straight from the planes (:func:`~bbqlib._kernels.plane_float.plane_float_dot`):
+    two queries against two docs at a time, or one query against four, which share plane
+    words and query lanes, with the same values as one of each."""
     n = packed.shape[0]
     nq = qv.shape[0]
     chunks = out_keys.shape[0]
@@ -366,9 +366,13 @@ def scan_float_planes(
             m = min(stop - b0, BLOCK)
             for q in range(0, nq - 1, 2):
                 pair = (qpad[q], qpad[q + 1])
-                for j in range(m):
-                    dots[j], dots2[j] = plane_float_dots(
-                        pair, (packed[b0 + j],), planes, plane_bytes
+                for j in range(0, m - 1, 2):
+                    dots[j], dots2[j], dots[j + 1], dots2[j + 1] = plane_float_dots(
+                        pair, (packed[b0 + j], packed[b0 + j + 1]), planes, plane_bytes
+                    )
+                if m % 2 == 1:
+                    dots[m - 1], dots2[m - 1] = plane_float_dots(
+                        pair, (packed[b0 + m - 1],), planes, plane_bytes
                     )
                 _block_keys(dots, m, b0, df, qf[q], dim, cc, is_l2, block_keys)
                 _offer_block(out_keys[c, q], out_ids[c, q], block_keys, m, b0, allowed, id_base)
@@ -376,14 +380,17 @@ def scan_float_planes(
                 _offer_block(
                     out_keys[c, q + 1], out_ids[c, q + 1], block_keys, m, b0, allowed, id_base
                 )
-            if nq % 2 == 1:  # one query (or the last of an odd count): two docs at a time
+            if nq % 2 == 1:  # one query (or the last of an odd count): four docs at a time
                 q = nq - 1
                 query = (qpad[q],)
-                for j in range(0, m - 1, 2):
-                    dots[j], dots[j + 1] = plane_float_dots(
-                        query, (packed[b0 + j], packed[b0 + j + 1]), planes, plane_bytes
+                four = m - m % 4
+                for j in range(0, four, 4):
+                    docs = (packed[b0 + j], packed[b0 + j + 1], packed[b0 + j + 2],
+                            packed[b0 + j + 3])  # fmt: skip
+                    dots[j], dots[j + 1], dots[j + 2], dots[j + 3] = plane_float_dots(
+                        query, docs, planes, plane_bytes
                     )
-                if m % 2 == 1:
-                    dots[m - 1] = plane_float_dot(qpad[q], packed[b0 + m - 1], planes, plane_bytes)
+                for j in range(four, m):
+                    dots[j] = plane_float_dot(qpad[q], packed[b0 + j], planes, plane_bytes)
                 _block_keys(dots, m, b0, df, qf[q], dim, cc, is_l2, block_keys)
                 _offer_block(out_keys[c, q], out_ids[c, q], block_keys, m, b0, allowed, id_base)

@@ -1,11 +1,11 @@
 """Float query × bit-plane doc dots (``bbqlib._kernels.plane_float``) in plain NumPy.
 
 The query goes into *lanes* (lane ``8j + b`` holds dimension ``8j + 7 - b``: bit ``b`` of byte
-``j`` of a plane, :mod:`bbqlib.packing`'s MSB-first order), zero past the dimension. 128
+``j`` of a plane, :mod:`bbqlib.packing`'s MSB-first order), zero past the dimension. 64
 float32 accumulators start at ``+0.0``; for each plane word ``w`` and each plane ``p`` in
-order, accumulator ``64 (w mod 2) + l`` adds ``2^p y_(64w + l)`` (exact) where the bit of
-lane ``64w + l`` is set; the accumulators are folded in halves (``v[:64] + v[64:]``, ...) to
-one float32, returned as float64.
+order, accumulator ``l`` adds ``2^p y_(64w + l)`` (exact) where the bit of lane ``64w + l``
+is set; the accumulators are folded in halves (``v[:32] + v[32:]``, ...) to one float32,
+returned as float64.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import numpy as np
 
 __all__ = ["lane_query", "plane_float_dot"]
 
-#: Accumulators of a sum (two plane words).
-SUM_LANES = 128
+#: Accumulators of a sum (one plane word).
+LANES = 64
 
 
 def lane_query(y: np.ndarray, plane_bytes: int) -> np.ndarray:
@@ -33,13 +33,11 @@ def plane_float_dot(y: np.ndarray, packed_row: np.ndarray, planes: int) -> float
     lanes = lane_query(y, plane_bytes)
     # bit b of byte j is lane 8j + b: little-endian bit order within each byte
     bits = np.unpackbits(row.reshape(planes, plane_bytes), axis=1, bitorder="little")
-    acc = np.zeros(SUM_LANES, dtype=np.float32)
+    acc = np.zeros(LANES, dtype=np.float32)
     for w in range(plane_bytes // 8):
-        lane = slice(64 * w, 64 * w + 64)
-        half = slice(64 * (w % 2), 64 * (w % 2) + 64)
+        lane = slice(LANES * w, LANES * (w + 1))
         for p in range(planes):
-            added = acc[half] + np.float32(2.0**p) * lanes[lane]
-            acc[half] = np.where(bits[p, lane] == 1, added, acc[half])
+            acc = np.where(bits[p, lane] == 1, acc + np.float32(2.0**p) * lanes[lane], acc)
     while acc.size > 1:
         acc = acc[: acc.size // 2] + acc[acc.size // 2 :]
     return float(acc[0])
