@@ -54,9 +54,6 @@ _I64 = ir.IntType(64)
 _GROUP = 16
 _V16 = ir.VectorType(_F32, _GROUP)
 _M16 = ir.VectorType(ir.IntType(1), _GROUP)
-#: ``-0.0`` adds nothing to any float (``x + -0.0 == x`` bit for bit, ``-0.0`` included), so
-#: ``acc + (bit ? y : -0.0)`` is ``bit ? acc + y : acc``: one masked add where the CPU has them.
-_NEG_ZERO = ir.Constant(_V16, [-0.0] * _GROUP)
 
 
 def _halves(builder, vec, width):
