@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .osq import _row_codes, _row_interval
-from .plane_float import pad_query, plane_float_dot
+from .plane_float import pad_query
 from .policy import kernel, parallel_kernel, prange
 from .scoring import (
     BLOCK,
@@ -37,6 +37,7 @@ from .scoring import (
     _block_keys,
     _offer,
     _offer_entries,
+    _plane_block_dots,
     byte_dot,
     float_dot,
     plane_dot,
@@ -192,11 +193,11 @@ def ivf_scan_float(
             stop = list_start[lst + 1]
             for b0 in range(list_start[lst], stop, BLOCK):
                 m = min(stop - b0, BLOCK)
-                for j in range(m):
-                    if planes == 0:
+                if planes == 0:
+                    for j in range(m):
                         dots[j] = float_dot(query, codes[b0 + j, :dim])
-                    else:
-                        dots[j] = plane_float_dot(qpad, codes[b0 + j], planes, plane_bytes)
+                else:
+                    _plane_block_dots(qpad, codes, b0, m, planes, plane_bytes, dots)
                 _block_keys(dots, m, b0, df, qf[p], dim, cc, is_l2, block_keys)
                 _offer_entries(keys, heap_ids, block_keys, m, b0, ids, allowed)
 

@@ -333,6 +333,21 @@ def _padded_queries(qv, plane_bytes):
     return out
 
 
+@kernel(inline="always")
+def _plane_block_dots(qpad, codes, b0, m, planes, plane_bytes, dots):
+    """Dots of one padded float query and plane docs ``b0 .. b0 + m``, four docs at a time
+    (the values of one at a time, :func:`~bbqlib._kernels.plane_float.plane_float_dots`)."""
+    four = m - m % 4
+    query = (qpad,)
+    for j in range(0, four, 4):
+        docs = (codes[b0 + j], codes[b0 + j + 1], codes[b0 + j + 2], codes[b0 + j + 3])
+        dots[j], dots[j + 1], dots[j + 2], dots[j + 3] = plane_float_dots(
+            query, docs, planes, plane_bytes
+        )
+    for j in range(four, m):
+        dots[j] = plane_float_dot(qpad, codes[b0 + j], planes, plane_bytes)
+
+
 @parallel_kernel
 def estimate_float_planes(qv, qf, packed, df, planes, plane_bytes, dim, cc, is_l2, out):
     """Raw estimates [nq, n] of float queries against plane-packed docs (``packed`` uint8
@@ -382,15 +397,6 @@ def scan_float_planes(
                 )
             if nq % 2 == 1:  # one query (or the last of an odd count): four docs at a time
                 q = nq - 1
-                query = (qpad[q],)
-                four = m - m % 4
-                for j in range(0, four, 4):
-                    docs = (packed[b0 + j], packed[b0 + j + 1], packed[b0 + j + 2],
-                            packed[b0 + j + 3])  # fmt: skip
-                    dots[j], dots[j + 1], dots[j + 2], dots[j + 3] = plane_float_dots(
-                        query, docs, planes, plane_bytes
-                    )
-                for j in range(four, m):
-                    dots[j] = plane_float_dot(qpad[q], packed[b0 + j], planes, plane_bytes)
+                _plane_block_dots(qpad[q], packed, b0, m, planes, plane_bytes, dots)
                 _block_keys(dots, m, b0, df, qf[q], dim, cc, is_l2, block_keys)
                 _offer_block(out_keys[c, q], out_ids[c, q], block_keys, m, b0, allowed, id_base)
