@@ -11,7 +11,6 @@ import ctypes
 
 import numpy as np
 import pytest
-from numba import njit
 from reference.scoring import estimate_reference, int_dot, topk_reference
 
 from bbqlib import BBQQuantizer
@@ -19,7 +18,7 @@ from bbqlib._kernels import candidates as K
 from bbqlib._kernels.scoring import EMPTY_ID
 from bbqlib.integrations import CandidateScorer, check_ids, exact_scorer
 from bbqlib.layouts.kernels import KERNELS
-from bbqlib.packing import pack_planes, unpack_planes
+from bbqlib.packing import pack_planes
 from bbqlib.search.topk import merge_topk
 from bbqlib.similarity import Similarity, exact_raw
 
@@ -166,25 +165,6 @@ def test_score_ids_kernels_match_reference(d):
                     out = np.empty((nq, m), np.float32)
                     kern(qv, qf, codes, df, p, dw.shape[1] * 8 // planes, d, 0.7, is_l2, ids, out)
                     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4 * d)
-
-
-@njit(cache=True)
-def _unpack_all(packed, planes, plane_bytes, dim, out):
-    words = np.empty(plane_bytes, dtype=np.uint64)
-    for i in range(packed.shape[0]):
-        K.unpack_row(packed[i], planes, plane_bytes, words)
-        out[i] = words.view(np.uint8)[:dim]
-
-
-@pytest.mark.parametrize("d", [1, 3, 7, 8, 9, 63, 64, 65, 127, 384])
-def test_unpack_row_matches_reference(d):
-    g = np.random.default_rng(d)
-    for planes in (1, 2, 4):
-        codes = g.integers(0, 2**planes, size=(20, d)).astype(np.uint8)
-        packed = pack_planes(codes, planes)
-        out = np.full((20, d), 99, np.uint8)
-        _unpack_all(packed, planes, packed.shape[1] // planes, d, out)
-        np.testing.assert_array_equal(out, unpack_planes(packed, planes, d))
 
 
 def test_id_range():

@@ -11,8 +11,8 @@ the last bit.
   two records (packed codes zero padded to 8 bytes, five float32 factors, 4 zero bytes).
 
 Layouts follow :mod:`bbqlib.scoring`: ``planes`` (uint64 words), ``bytes`` (uint8 codes) and
-``float`` (float32 query against uint8 codes; plane-packed docs are unpacked one at a time into
-a scratch row, so the sum runs in the same order as ``estimate_float``).
+``float`` (float32 query against uint8 codes, or against plane-packed docs straight from the
+planes, :mod:`bbqlib._kernels.plane_float`, the sums of ``estimate_float_planes``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ import numpy as np
 from numba import carray
 
 from . import cache as _cache
+from .plane_float import pad_query, plane_float_dot
 from .policy import kernel, parallel_kernel, prange
-from .scoring import _raw, byte_dot, float_dot, plane_dot, unpack_row
+from .scoring import _raw, byte_dot, float_dot, plane_dot
 
 __all__ = [
     "score_ids_planes",
@@ -63,8 +64,9 @@ def _ids_bytes_row(qb, qf, db, df, dim, cc, is_l2, ids, out):
 
 
 @kernel(inline="always")
-def _ids_float_row(qv, qf, codes, df, planes, plane_bytes, dim, cc, is_l2, ids, out, words):
-    buf = words.view(np.uint8)[:dim]
+def _ids_float_row(qv, qf, codes, df, planes, plane_bytes, dim, cc, is_l2, ids, out, qpad):
+    if planes > 0:
+        pad_query(qv, qpad)
     for j in range(ids.shape[0]):
         i = ids[j]
         if i < 0:
@@ -72,8 +74,8 @@ def _ids_float_row(qv, qf, codes, df, planes, plane_bytes, dim, cc, is_l2, ids, 
         elif planes == 0:
             out[j] = _raw(dim, df[i], qf, float_dot(qv, codes[i, :dim]), cc, is_l2)
         else:
-            unpack_row(codes[i], planes, plane_bytes, words)
-            out[j] = _raw(dim, df[i], qf, float_dot(qv, buf), cc, is_l2)
+            dot = plane_float_dot(qpad, codes[i], planes, plane_bytes)
+            out[j] = _raw(dim, df[i], qf, dot, cc, is_l2)
 
 
 @kernel(vectorize=False)
@@ -105,19 +107,19 @@ def score_ids_bytes_parallel(qb, qf, db, df, dim, cc, is_l2, ids, out):
 @kernel
 def score_ids_float(qv, qf, codes, df, planes, plane_bytes, dim, cc, is_l2, ids, out):
     """Raw estimates of float queries against uint8 codes (``planes`` > 0: plane-packed rows)."""
-    words = np.empty(max(plane_bytes, (dim + 7) // 8), dtype=np.uint64)
+    qpad = np.empty(plane_bytes * 8, dtype=np.float32)
     for q in range(ids.shape[0]):
         _ids_float_row(
-            qv[q], qf[q], codes, df, planes, plane_bytes, dim, cc, is_l2, ids[q], out[q], words
+            qv[q], qf[q], codes, df, planes, plane_bytes, dim, cc, is_l2, ids[q], out[q], qpad
         )
 
 
 @parallel_kernel
 def score_ids_float_parallel(qv, qf, codes, df, planes, plane_bytes, dim, cc, is_l2, ids, out):
     for q in prange(ids.shape[0]):
-        words = np.empty(max(plane_bytes, (dim + 7) // 8), dtype=np.uint64)
+        qpad = np.empty(plane_bytes * 8, dtype=np.float32)
         _ids_float_row(
-            qv[q], qf[q], codes, df, planes, plane_bytes, dim, cc, is_l2, ids[q], out[q], words
+            qv[q], qf[q], codes, df, planes, plane_bytes, dim, cc, is_l2, ids[q], out[q], qpad
         )
 
 

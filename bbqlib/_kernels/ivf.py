@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .osq import _row_codes, _row_interval
+from .plane_float import pad_query
 from .policy import kernel, parallel_kernel, prange
 from .scoring import (
     BLOCK,
@@ -36,11 +37,11 @@ from .scoring import (
     _block_keys,
     _offer,
     _offer_entries,
+    _plane_block_dots,
     byte_dot,
     float_dot,
     plane_dot,
     plane_dot_q4,
-    unpack_row,
 )
 
 __all__ = [
@@ -173,30 +174,30 @@ def ivf_scan_float(
     """Heap of the best entries per query over its visited lists (float queries).
 
     ``qv`` float32 [P, dim]; ``codes`` uint8 rows: ``planes`` bit planes of ``plane_bytes``
-    each (unpacked one entry at a time, :func:`~bbqlib._kernels.scoring.unpack_row`), or
-    one byte per dimension when ``planes`` is 0. Dots are ``float_dot``'s float32 sums.
+    each (dots straight from the planes, :func:`~bbqlib._kernels.plane_float.plane_float_dot`),
+    or one byte per dimension when ``planes`` is 0 (``float_dot``'s float32 sums).
     """
     nq = pair_start.shape[0] - 1
     for q in prange(nq):
         dots = np.empty(BLOCK, dtype=np.float64)
         block_keys = np.empty(BLOCK, dtype=np.float64)
-        words = np.empty(plane_bytes, dtype=np.uint64)
-        buf = words.view(np.uint8)[:dim]
+        qpad = np.empty(plane_bytes * 8, dtype=np.float32)
         keys = out_keys[q]
         heap_ids = out_ids[q]
         for p in range(pair_start[q], pair_start[q + 1]):
             lst = pair_list[p]
             query = qv[p]
+            if planes > 0:
+                pad_query(query, qpad)
             cc = list_cc[lst]
             stop = list_start[lst + 1]
             for b0 in range(list_start[lst], stop, BLOCK):
                 m = min(stop - b0, BLOCK)
-                for j in range(m):
-                    if planes == 0:
+                if planes == 0:
+                    for j in range(m):
                         dots[j] = float_dot(query, codes[b0 + j, :dim])
-                    else:
-                        unpack_row(codes[b0 + j], planes, plane_bytes, words)
-                        dots[j] = float_dot(query, buf)
+                else:
+                    _plane_block_dots(qpad, codes, b0, m, planes, plane_bytes, dots)
                 _block_keys(dots, m, b0, df, qf[p], dim, cc, is_l2, block_keys)
                 _offer_entries(keys, heap_ids, block_keys, m, b0, ids, allowed)
 

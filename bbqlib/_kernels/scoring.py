@@ -11,15 +11,18 @@ Per-doc factors are rows ``(a_x, l_x, ΣX, add_x)`` (float32 [n, 4]); per-query 
 ``ΣY = Σ y``, which makes ``S = a_x Σy + l_x <X, y>``.
 
 Three layouts of ``<X, Y>``: bit planes (uint64 words, ``Σ_{s,t} 2^{s+t} popcount(q_s & d_t)``),
-bytes (uint8 × uint8) and float query × uint8 codes. The scans keep the top ``k`` per query in
-a bounded heap inside the scan (memory O(chunks · nq · k)), ranked by the raw value (``-d²`` for
-euclidean), ties broken by the lower id, so results do not depend on the thread count.
+bytes (uint8 × uint8) and float query × codes (uint8 bytes, ``float_dot``; bit planes read
+straight from the planes, :mod:`bbqlib._kernels.plane_float`). The scans keep the top ``k``
+per query in a bounded heap inside the scan (memory O(chunks · nq · k)), ranked by the raw
+value (``-d²`` for euclidean), ties broken by the lower id, so results do not depend on the
+thread count.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .plane_float import pad_query, plane_float_dot, plane_float_dots
 from .policy import kernel, parallel_kernel, prange
 from .popcount import popcount64
 from .prefetch import prefetch_row
@@ -35,8 +38,8 @@ __all__ = [
     "scan_bytes",
     "scan_float",
     "scan_float_planes",
+    "estimate_float_planes",
     "EMPTY_ID",
-    "unpack_row",
 ]
 
 #: Docs per cache block inside a scan.
@@ -130,30 +133,6 @@ def float_dot(q, d):
     for i in range(d.shape[0]):
         acc += q[i] * np.float32(d[i])
     return np.float64(acc)
-
-
-# unpack_row's constants: a byte in all 8 bytes of a uint64; byte t keeping bit 7 - t; the
-# add that carries a kept bit into bit 7 of its byte (each byte is at most 0x80: no carry out).
-_ONES = np.uint64(0x0101010101010101)
-_BIT_OF_BYTE = np.uint64(0x0102040810204080)
-_TO_TOP = np.uint64(0x7F7F7F7F7F7F7F7F)
-_SEVEN = np.uint64(7)
-
-
-@kernel(inline="always")
-def unpack_row(packed, planes, plane_bytes, words):
-    """Codes of one plane-packed doc into ``words`` uint64 [plane_bytes], read as uint8
-    [8 · plane_bytes] (``words.view(np.uint8)``: dimension ``i`` is byte ``i``), the values
-    ``packing.unpack_planes`` gives: each plane byte spread over 8 bytes by integer
-    arithmetic alone (no table lookup, so the loop over bytes vectorizes)."""
-    for j in range(plane_bytes):
-        words[j] = 0
-    for s in range(planes):
-        off = s * plane_bytes
-        shift = np.uint64(s)
-        for j in range(plane_bytes):
-            x = (np.uint64(packed[off + j]) * _ONES) & _BIT_OF_BYTE
-            words[j] |= (((x + _TO_TOP) >> _SEVEN) & _ONES) << shift
 
 
 # ----------------------------------------------------------------------------- id lists
@@ -345,29 +324,79 @@ def scan_float(qv, qf, codes, df, dim, cc, is_l2, allowed, id_base, out_keys, ou
                 _offer_block(out_keys[c, q], out_ids[c, q], block_keys, m, b0, allowed, id_base)
 
 
+@kernel(inline="always")
+def _padded_queries(qv, plane_bytes):
+    """Float queries [nq, dim] in :func:`~bbqlib._kernels.plane_float.pad_query`'s lanes."""
+    out = np.empty((qv.shape[0], plane_bytes * 8), dtype=np.float32)
+    for q in range(qv.shape[0]):
+        pad_query(qv[q], out[q])
+    return out
+
+
+@kernel(inline="always")
+def _plane_block_dots(qpad, codes, b0, m, planes, plane_bytes, dots):
+    """Dots of one padded float query and plane docs ``b0 .. b0 + m``, four docs at a time
+    (the values of one at a time, :func:`~bbqlib._kernels.plane_float.plane_float_dots`)."""
+    four = m - m % 4
+    query = (qpad,)
+    for j in range(0, four, 4):
+        docs = (codes[b0 + j], codes[b0 + j + 1], codes[b0 + j + 2], codes[b0 + j + 3])
+        dots[j], dots[j + 1], dots[j + 2], dots[j + 3] = plane_float_dots(
+            query, docs, planes, plane_bytes
+        )
+    for j in range(four, m):
+        dots[j] = plane_float_dot(qpad, codes[b0 + j], planes, plane_bytes)
+
+
+@parallel_kernel
+def estimate_float_planes(qv, qf, packed, df, planes, plane_bytes, dim, cc, is_l2, out):
+    """Raw estimates [nq, n] of float queries against plane-packed docs (``packed`` uint8
+    [n, planes * plane_bytes]): :func:`~bbqlib._kernels.plane_float.plane_float_dot`."""
+    qpad = _padded_queries(qv, plane_bytes)
+    for j in prange(packed.shape[0]):
+        for q in range(qpad.shape[0]):
+            dot = plane_float_dot(qpad[q], packed[j], planes, plane_bytes)
+            out[q, j] = _raw(dim, df[j], qf[q], dot, cc, is_l2)
+
+
 @parallel_kernel
 def scan_float_planes(
     qv, qf, packed, df, planes, plane_bytes, dim, cc, is_l2, allowed, id_base, out_keys, out_ids
 ):
     """:func:`scan_float` over plane-packed docs (``packed`` uint8 [n, planes * plane_bytes]),
-    each doc unpacked here (:func:`unpack_row`): the same dots as :func:`scan_float` over the
-    unpacked codes, without unpacking every doc first (a search of few queries, where each
-    doc is unpacked about as often either way)."""
+    dots straight from the planes (:func:`~bbqlib._kernels.plane_float.plane_float_dot`):
+    two queries against two docs at a time, or one query against four, which share plane
+    words and query lanes, with the same values as one of each."""
     n = packed.shape[0]
+    nq = qv.shape[0]
     chunks = out_keys.shape[0]
     per = (n + chunks - 1) // chunks
+    qpad = _padded_queries(qv, plane_bytes)
     for c in prange(chunks):
         dots = np.empty(BLOCK, dtype=np.float64)
+        dots2 = np.empty(BLOCK, dtype=np.float64)
         block_keys = np.empty(BLOCK, dtype=np.float64)
-        words = np.empty(plane_bytes, dtype=np.uint64)
-        buf = words.view(np.uint8)[:dim]
         stop = min(n, (c + 1) * per)
         for b0 in range(c * per, stop, BLOCK):
             m = min(stop - b0, BLOCK)
-            for q in range(qv.shape[0]):
-                query = qv[q]
-                for j in range(m):
-                    unpack_row(packed[b0 + j], planes, plane_bytes, words)
-                    dots[j] = float_dot(query, buf)
+            for q in range(0, nq - 1, 2):
+                pair = (qpad[q], qpad[q + 1])
+                for j in range(0, m - 1, 2):
+                    dots[j], dots2[j], dots[j + 1], dots2[j + 1] = plane_float_dots(
+                        pair, (packed[b0 + j], packed[b0 + j + 1]), planes, plane_bytes
+                    )
+                if m % 2 == 1:
+                    dots[m - 1], dots2[m - 1] = plane_float_dots(
+                        pair, (packed[b0 + m - 1],), planes, plane_bytes
+                    )
+                _block_keys(dots, m, b0, df, qf[q], dim, cc, is_l2, block_keys)
+                _offer_block(out_keys[c, q], out_ids[c, q], block_keys, m, b0, allowed, id_base)
+                _block_keys(dots2, m, b0, df, qf[q + 1], dim, cc, is_l2, block_keys)
+                _offer_block(
+                    out_keys[c, q + 1], out_ids[c, q + 1], block_keys, m, b0, allowed, id_base
+                )
+            if nq % 2 == 1:  # one query (or the last of an odd count): four docs at a time
+                q = nq - 1
+                _plane_block_dots(qpad[q], packed, b0, m, planes, plane_bytes, dots)
                 _block_keys(dots, m, b0, df, qf[q], dim, cc, is_l2, block_keys)
                 _offer_block(out_keys[c, q], out_ids[c, q], block_keys, m, b0, allowed, id_base)

@@ -38,8 +38,9 @@ LUT_MAX_QUERY_PLANES = 4
 class LayoutKernels:
     """The kernels of one query kind (all take :func:`packed_args` first, except where noted).
 
-    ``estimate`` / ``scan``: dense estimates and top-k heaps (float queries take unpacked
-    uint8 codes, see :mod:`bbqlib.layouts.scan`); ``ids`` / ``ids_parallel``: estimates at
+    ``estimate`` / ``scan``: dense estimates and top-k heaps (float queries against byte docs;
+    against plane docs :mod:`bbqlib.layouts.scan` calls ``estimate_float_planes`` /
+    ``scan_float_planes``); ``ids`` / ``ids_parallel``: estimates at
     candidate ids; ``lists``: heaps over posting lists with a query per (query, list) pair.
     """
 

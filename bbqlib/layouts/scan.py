@@ -12,15 +12,10 @@ from ..search.topk import EMPTY_ID, merge_topk
 from .codes import DocCodes, QueryCodes
 from .kernels import kernels_for, use_lut
 
-__all__ = ["estimate_raw", "topk_keys", "query_tables", "QUERY_BATCH", "UNPACK_CHUNK"]
+__all__ = ["estimate_raw", "topk_keys", "query_tables", "QUERY_BATCH"]
 
 #: Queries per kernel call in a scan (bounds heap memory at threads * QUERY_BATCH * k).
 QUERY_BATCH = 256
-#: Docs unpacked at a time when many float queries meet plane-packed docs.
-UNPACK_CHUNK = 65536
-#: At most this many float queries read plane docs unpacked one at a time in the kernel:
-#: each doc is then unpacked once per query, against once per chunk for all queries.
-FEW_QUERIES = 4
 #: (query, doc) pairs per thread in a scan or estimate: enough work to outweigh a parallel
 #: region's fork and join, so single queries and small batches run on the calling thread
 #: (``policy.threads_for``; docs/threads.md, ``benchmarks/serving/serving.py --sections
@@ -45,15 +40,13 @@ def _estimate(q: QueryCodes, d: DocCodes, kernels, out: np.ndarray) -> None:
         kernels.estimate(
             q.data, q.factors, d.data, d.factors, q.planes, d.planes, d.words, *common, out
         )
-    elif q.kind == "bytes":
+    elif q.kind == "bytes" or d.kind == "bytes":
         kernels.estimate(q.data, q.factors, d.data, d.factors, *common, out)
-    else:  # float queries; plane docs unpacked a chunk at a time
-        for start in range(0, len(d), UNPACK_CHUNK):
-            stop = min(len(d), start + UNPACK_CHUNK)
-            kernels.estimate(
-                q.data, q.factors, d.unpacked(start, stop), d.factors[start:stop], *common,
-                out[:, start:stop],
-            )  # fmt: skip
+    else:  # float queries against plane docs: dots straight from the planes
+        KS.estimate_float_planes(
+            _float32(q.data), q.factors, d.data.view(np.uint8), d.factors, d.planes,
+            d.words * 8, *common, out,
+        )  # fmt: skip
 
 
 def topk_keys(
@@ -104,26 +97,18 @@ def _scan(q: QueryCodes, d: DocCodes, k, mask, id_base, chunks):
         )  # fmt: skip
     elif q.kind == "bytes":
         kernels.scan(q.data, q.factors, d.data, d.factors, *common, mask, id_base, keys, ids)
-    elif d.kind == "planes" and len(q) <= FEW_QUERIES:  # each doc unpacked in the kernel
+    elif d.kind == "planes":  # float queries: dots straight from the planes
         KS.scan_float_planes(
-            q.data, q.factors, d.data.view(np.uint8), d.factors, d.planes, d.words * 8, *common,
-            mask, id_base, keys, ids,
+            _float32(q.data), q.factors, d.data.view(np.uint8), d.factors, d.planes,
+            d.words * 8, *common, mask, id_base, keys, ids,
         )  # fmt: skip
-    else:  # float queries; plane docs unpacked a chunk at a time, once for all queries
-        parts_k, parts_i = [], []
-        for start in range(0, len(d), UNPACK_CHUNK):
-            stop = min(len(d), start + UNPACK_CHUNK)
-            kk = np.full((chunks, len(q), k), -np.inf)
-            ii = np.full((chunks, len(q), k), EMPTY_ID, dtype=np.int64)
-            kernels.scan(
-                q.data, q.factors, d.unpacked(start, stop), d.factors[start:stop], *common,
-                mask[start:stop] if mask.size else mask, id_base + start, kk, ii,
-            )  # fmt: skip
-            parts_k.append(kk)
-            parts_i.append(ii)
-        keys = np.concatenate(parts_k, axis=0)
-        ids = np.concatenate(parts_i, axis=0)
+    else:
+        kernels.scan(q.data, q.factors, d.data, d.factors, *common, mask, id_base, keys, ids)
     return keys, ids
+
+
+def _float32(data: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(data, dtype=np.float32)
 
 
 def query_tables(q: QueryCodes) -> np.ndarray:
