@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels import validation as K
+from ._kernels import validation as validation_kernels
 from ._params import check_int
 from .similarity import Similarity
 
@@ -18,7 +18,7 @@ def row_sq_norms(X: np.ndarray) -> np.ndarray:
     X = np.ascontiguousarray(X, dtype=np.float32)
     out = np.empty(X.shape[0], dtype=np.float64)
     if X.size:
-        K.row_sq_norms(X, out)
+        validation_kernels.row_sq_norms(X, out)
     else:
         out[:] = 0.0
     return out
@@ -26,7 +26,7 @@ def row_sq_norms(X: np.ndarray) -> np.ndarray:
 
 def normalize_rows(X: np.ndarray, norms: np.ndarray, out: np.ndarray) -> None:
     """``out = float32(X / norms[:, None])``, in place, without a float64 temporary."""
-    K.normalize_rows(X, norms, out)
+    validation_kernels.normalize_rows(X, norms, out)
 
 
 def apply_similarity(X: np.ndarray, similarity: Similarity, sq: np.ndarray | None) -> np.ndarray:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bbqlib import CorruptFileError
-from bbqlib._kernels import crc32 as KC
+from bbqlib._kernels import crc32 as crc32_kernels
 from bbqlib.storage.blocks import BlockChecksums, BlockCRCWriter, row_bytes, row_crcs
 
 
@@ -25,7 +25,7 @@ def test_row_crcs_equal_zlib(width, fill):
     else:
         rows = np.full((9, width), 0 if fill == "zeros" else 0xFF, dtype=np.uint8)
     out = np.empty(9, dtype=np.uint32)
-    KC.row_crcs(rows, out)
+    crc32_kernels.row_crcs(rows, out)
     assert out.tolist() == _crc_rows(rows)
 
 
@@ -33,8 +33,10 @@ def test_chaining_equals_zlib_over_the_concatenation():
     rng = np.random.default_rng(1)
     a = rng.integers(0, 256, 37, dtype=np.uint8)
     b = rng.integers(0, 256, 91, dtype=np.uint8)
-    assert KC.crc32_update(b, KC.crc32_update(a, 0)) == zlib.crc32(a.tobytes() + b.tobytes())
-    assert KC.crc32_update(b, 12345) == zlib.crc32(b.tobytes(), 12345)
+    assert crc32_kernels.crc32_update(b, crc32_kernels.crc32_update(a, 0)) == zlib.crc32(
+        a.tobytes() + b.tobytes()
+    )
+    assert crc32_kernels.crc32_update(b, 12345) == zlib.crc32(b.tobytes(), 12345)
 
 
 @pytest.mark.parametrize("kind", ["float32", "float16", "int8"])

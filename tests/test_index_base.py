@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import bbqlib
-from bbqlib.index import base as B
+from bbqlib.index import base as index_base
 from bbqlib.index.base import INDEX_KINDS, Index, SearchOptions
 from bbqlib.search.rerank import candidate_count
 from bbqlib.storage.container import read_container, write_container
@@ -250,10 +250,10 @@ def test_warmup_dispatches_through_the_index_hooks(monkeypatch, probe_kind, flat
 
 
 def test_the_fast_options_cache_stays_bounded(flat):
-    B._FAST.clear()
-    for k in range(1, B._FAST_SIZE + 10):
+    index_base._FAST.clear()
+    for k in range(1, index_base._FAST_SIZE + 10):
         assert flat._fast_options(k, None, None, "raw", True) is not None
-    assert len(B._FAST) <= B._FAST_SIZE
+    assert len(index_base._FAST) <= index_base._FAST_SIZE
 
 
 @pytest.mark.parametrize("engine", ["faiss", "usearch"])

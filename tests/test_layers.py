@@ -198,3 +198,29 @@ match family:
         pass
 """
     assert sorted(_compared_lines(source, ("flat", "ivf", "planes", "saq"))) == [2, 2, 2, 6]
+
+
+def _short_aliases() -> dict:
+    """``{alias: {module, ...}}`` of every import under a one- or two-letter alias in the
+    package, its tests and its benchmarks (``np`` and the like excepted)."""
+    common = {"np", "pd", "mp", "nb", "sp", "pl", "da", "dd", "it", "st", "op", "os", "re", "ll"}
+    found: dict = {}
+    for folder in ("bbqlib", "tests", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom):
+                    names = [(a.asname, f"{node.module}.{a.name}") for a in node.names]
+                elif isinstance(node, ast.Import):
+                    names = [(a.asname, a.name) for a in node.names]
+                else:
+                    continue
+                for alias, module in names:
+                    if alias and len(alias) <= 2 and alias not in common:
+                        found.setdefault(alias, set()).add(module.rsplit(".", 1)[-1])
+    return found
+
+
+def test_a_short_alias_names_one_module_everywhere():
+    # K, KI, S ... read as the same module in every file, or not at all
+    clashes = {a: sorted(m) for a, m in _short_aliases().items() if len(m) > 1}
+    assert not clashes, f"one- or two-letter aliases naming different modules: {clashes}"

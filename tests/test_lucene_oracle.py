@@ -35,7 +35,7 @@ from lucene_harness import (
 )
 
 import bbqlib
-from bbqlib._kernels import osq_lucene as K
+from bbqlib._kernels import osq_lucene as osq_lucene_kernels
 
 N_DOCS, N_QUERIES = 2000, 200
 DATA = shared_dir() / "data"
@@ -214,7 +214,7 @@ def test_out_of_range_codes_follow_lucene(oracle, bits):
     n, d = X.shape
     res = (np.empty((n, d), np.uint8),) + tuple(np.empty(n, np.float32) for _ in range(3))
     res += (np.empty(n, np.int64),)
-    K.osq_quantize_lucene(X, centroid, bits, 5, np.float32(0.1), True, *res)
+    osq_lucene_kernels.osq_quantize_lucene(X, centroid, bits, 5, np.float32(0.1), True, *res)
     lo, up, add, ks = LuceneOutput.floats(out.doc_corrections)
     for mine, theirs in zip(res[1:4], (lo, up, add), strict=True):
         assert same_bits(mine, theirs).all()

@@ -13,7 +13,7 @@ from reference.lut import block_dots_reference, blocks_reference, tables_referen
 from test_scoring_kernels import codes, plane_docs, plane_queries, random_factors
 
 from bbqlib._kernels import lut as L
-from bbqlib._kernels import scoring as K
+from bbqlib._kernels import scoring as KS
 from bbqlib.encoding import padded_dim
 from bbqlib.layouts import scan as scan_module
 from bbqlib.layouts.kernels import use_lut
@@ -120,12 +120,12 @@ def test_scan_equals_popcount_scan(dp, is_l2, numba_threads):
         numba_threads(threads)
         for k in (1, 10, 64):
             for allowed in (np.empty(0, np.uint8), mask):
-                chunks = max(1, min(threads, -(-n // K.BLOCK)))
+                chunks = max(1, min(threads, -(-n // KS.BLOCK)))
                 lut = scan_module._scan(q, docs, k, allowed, 3, chunks)
                 assert use_lut(q.planes, docs.kind)
                 ref_keys = np.full((chunks, len(q), k), -np.inf)
-                ref_ids = np.full((chunks, len(q), k), K.EMPTY_ID, dtype=np.int64)
-                K.scan_planes(
+                ref_ids = np.full((chunks, len(q), k), KS.EMPTY_ID, dtype=np.int64)
+                KS.scan_planes(
                     q.data, q.factors, docs.data, docs.factors, q.planes, docs.planes,
                     docs.words, docs.dim, docs.centroid_dot, docs.is_l2, allowed, 3,
                     ref_keys, ref_ids,

@@ -9,10 +9,10 @@ import pickle
 import numba
 import numpy as np
 import pytest
-from reference import osq_lucene as R
+from reference import osq_lucene as lucene_reference
 
 import bbqlib
-from bbqlib._kernels import osq_lucene as K
+from bbqlib._kernels import osq_lucene as osq_lucene_kernels
 from bbqlib.quantizers.osq import arithmetic as arithmetic_module
 from bbqlib.quantizers.osq import lucene as lucene_osq
 from bbqlib.quantizers.osq.arithmetic import ARITHMETICS, arithmetic_codec
@@ -77,13 +77,13 @@ def _kernel_osq(X, c, bits, euclidean):
         np.empty(n, np.float32),
         np.empty(n, np.int64),
     )
-    K.osq_quantize_lucene(X, c, bits, 5, R.LAMBDA, euclidean, *out)
+    osq_lucene_kernels.osq_quantize_lucene(X, c, bits, 5, lucene_reference.LAMBDA, euclidean, *out)
     return out
 
 
 def assert_osq_same(X, c, bits, euclidean):
     with np.errstate(all="ignore"):
-        ref = R.osq_lucene(X, c, bits, euclidean)
+        ref = lucene_reference.osq_lucene(X, c, bits, euclidean)
     res = _kernel_osq(np.ascontiguousarray(X), np.ascontiguousarray(c), bits, euclidean)
     for name, a, b in zip(("codes", "lower", "upper", "additional", "sum"), res, ref, strict=True):
         assert bits_equal(a, b), (name, bits, euclidean)
@@ -93,20 +93,20 @@ def assert_osq_same(X, c, bits, euclidean):
 @numba.njit
 def _round_float_all(t, out):
     for i in range(t.shape[0]):
-        out[i] = K._jround_float(t[i])
+        out[i] = osq_lucene_kernels._jround_float(t[i])
 
 
 @numba.njit
 def _round_double_all(t, out):
     for i in range(t.shape[0]):
-        out[i] = K._jround_double(t[i])
+        out[i] = osq_lucene_kernels._jround_double(t[i])
 
 
 @numba.njit
 def _minmax_all(a, b, lo, hi):
     for i in range(a.shape[0]):
-        lo[i] = K._jmin(a[i], b[i])
-        hi[i] = K._jmax(a[i], b[i])
+        lo[i] = osq_lucene_kernels._jmin(a[i], b[i])
+        hi[i] = osq_lucene_kernels._jmax(a[i], b[i])
 
 
 def test_java_round_float():
@@ -137,7 +137,7 @@ def test_java_round_float():
     out = np.empty(t.size, np.int64)
     _round_float_all(t, out)
     np.testing.assert_array_equal(out, java)
-    np.testing.assert_array_equal(R.java_round_float(t), java)
+    np.testing.assert_array_equal(lucene_reference.java_round_float(t), java)
 
 
 def test_java_round_double():
@@ -150,7 +150,7 @@ def test_java_round_double():
     out = np.empty(t.size)
     _round_double_all(t, out)
     np.testing.assert_array_equal(out, java)
-    np.testing.assert_array_equal(R.java_round_double(t), java)
+    np.testing.assert_array_equal(lucene_reference.java_round_double(t), java)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -162,9 +162,9 @@ def test_java_min_max(dtype):
     _minmax_all(a, b, lo, hi)
     expect_lo = np.array([-0.0, -0.0, np.nan, np.nan, 1.0, -1.0], dtype=dtype)
     expect_hi = np.array([0.0, 0.0, np.nan, np.nan, 2.0, -1.0], dtype=dtype)
-    for got in (lo, R.java_min(a, b)):
+    for got in (lo, lucene_reference.java_min(a, b)):
         assert bits_equal(got, expect_lo) and np.array_equal(np.signbit(got), np.signbit(expect_lo))
-    for got in (hi, R.java_max(a, b)):
+    for got in (hi, lucene_reference.java_max(a, b)):
         assert bits_equal(got, expect_hi) and np.array_equal(np.signbit(got), np.signbit(expect_hi))
 
 
@@ -174,17 +174,17 @@ def test_java_min_max(dtype):
 def test_dot_and_normalization_match_reference(d, kind):
     X = _rows(kind, 24, d, seed=d)
     sq = np.empty(len(X), np.float32)
-    K.row_dots(X, sq)
+    osq_lucene_kernels.row_dots(X, sq)
     with np.errstate(all="ignore"):
-        assert bits_equal(sq, R.lucene_dot(X, X))
+        assert bits_equal(sq, lucene_reference.lucene_dot(X, X))
         out = np.empty_like(X)
-        K.normalize_docs(X, out)
-        assert bits_equal(out, R.lucene_doc_normalize(X)[0])
+        osq_lucene_kernels.normalize_docs(X, out)
+        assert bits_equal(out, lucene_reference.lucene_doc_normalize(X)[0])
         out2, zero = np.empty_like(X), np.zeros(len(X), np.uint8)
-        K.l2normalize_rows(X, out2, zero)
+        osq_lucene_kernels.l2normalize_rows(X, out2, zero)
         ok = sq != 0
         np.testing.assert_array_equal(zero.astype(bool), ~ok)
-        assert bits_equal(out2[ok], R.lucene_l2normalize(X[ok]))
+        assert bits_equal(out2[ok], lucene_reference.lucene_l2normalize(X[ok]))
 
 
 def test_l2normalize_keeps_near_unit_rows():
@@ -202,8 +202,8 @@ def test_l2normalize_keeps_near_unit_rows():
 def test_centroid_matches_reference(d, cosine):
     X = _rows("wide", 300, d, seed=d)
     c = lucene_osq.lucene_centroid(X, cosine)
-    assert bits_equal(c, R.lucene_centroid(X, cosine))
-    assert bits_equal(np.float32(lucene_osq.centroid_dot(c)), R.lucene_dot(c, c)[0])
+    assert bits_equal(c, lucene_reference.lucene_centroid(X, cosine))
+    assert bits_equal(np.float32(lucene_osq.centroid_dot(c)), lucene_reference.lucene_dot(c, c)[0])
 
 
 # ----------------------------------------------------------------------------- OSQ
@@ -237,7 +237,7 @@ def test_osq_signed_zeros_and_centroid_rows():
     for centroid in (c, np.zeros(d, np.float32)):
         for bits in LUCENE_BITS:
             assert_osq_same(X, centroid, bits, euclidean=True)
-            ref = R.osq_lucene(X, centroid, bits, True)
+            ref = lucene_reference.osq_lucene(X, centroid, bits, True)
             res = _kernel_osq(X, centroid, bits, True)
             np.testing.assert_array_equal(np.signbit(res[1]), np.signbit(ref.lower))
 
@@ -250,33 +250,41 @@ def test_lucene_doc_bytes(bits, d):
     X = g.normal(size=(30, d)).astype(np.float32)
     q = bbqlib.BBQQuantizer(bits=bits, similarity="euclidean", arithmetic="lucene").fit(X)
     enc = q.encode(X)
-    levels = R.osq_lucene(X, q.centroid_, bits, True).codes
-    expected = R.lucene_doc_bytes(levels, bits)
+    levels = lucene_reference.osq_lucene(X, q.centroid_, bits, True).codes
+    expected = lucene_reference.lucene_doc_bytes(levels, bits)
     np.testing.assert_array_equal(lucene_osq.lucene_doc_bytes(enc), expected)
-    np.testing.assert_array_equal(R.unpack_lucene_doc_bytes(expected, bits, d), levels)
+    np.testing.assert_array_equal(
+        lucene_reference.unpack_lucene_doc_bytes(expected, bits, d), levels
+    )
 
 
 def test_lucene_byte_layouts_by_hand():
     """transposeDibit and packNibbles on a worked example (spec §3.4)."""
     levels = np.array([[1, 3, 2, 0, 1, 2, 1, 2]])
-    np.testing.assert_array_equal(R.lucene_doc_bytes(levels, 2), [[0b11001010, 0b01100101]])
+    np.testing.assert_array_equal(
+        lucene_reference.lucene_doc_bytes(levels, 2), [[0b11001010, 0b01100101]]
+    )
     nibbles = np.array([[1, 2, 3, 4, 5]])  # padded to 6: bytes (1,4) (2,5) (3,0)
-    np.testing.assert_array_equal(R.lucene_doc_bytes(nibbles, 4), [[0x14, 0x25, 0x30]])
+    np.testing.assert_array_equal(
+        lucene_reference.lucene_doc_bytes(nibbles, 4), [[0x14, 0x25, 0x30]]
+    )
     y = np.array([[8, 15, 10, 7, 4, 0, 9, 9]])
-    np.testing.assert_array_equal(R.lucene_query_bytes(y, 1), [[0x53, 0x70, 0x58, 0xE3]])
+    np.testing.assert_array_equal(
+        lucene_reference.lucene_query_bytes(y, 1), [[0x53, 0x70, 0x58, 0xE3]]
+    )
 
 
 # ----------------------------------------------------------------------------- scores
 def _reference_scores(q, X, Q, sim, bits, raw=False):
     """Reference levels, corrections and scores for a fitted lucene-mode quantizer."""
     cos = sim == "cosine"
-    docs = R.lucene_doc_normalize(X)[0] if cos else X
-    queries = R.lucene_l2normalize(Q) if cos else Q
+    docs = lucene_reference.lucene_doc_normalize(X)[0] if cos else X
+    queries = lucene_reference.lucene_l2normalize(Q) if cos else Q
     eucl = sim == "euclidean"
     qb = 7 if bits == 7 else 4
-    d = R.osq_lucene(docs, q.centroid_, bits, eucl)
-    y = R.osq_lucene(queries, q.centroid_, qb, eucl)
-    return R.lucene_scores(
+    d = lucene_reference.osq_lucene(docs, q.centroid_, bits, eucl)
+    y = lucene_reference.osq_lucene(queries, q.centroid_, qb, eucl)
+    return lucene_reference.lucene_scores(
         y.codes, y.lower, y.upper, y.additional, y.component_sum,
         d.codes, d.lower, d.upper, d.additional, d.component_sum,
         doc_bits=bits, query_bits=qb, centroid_dp=np.float32(q.centroid_dot_),

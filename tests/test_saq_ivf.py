@@ -10,8 +10,8 @@ from reference import saq as ref
 from test_saq_kernels import _encode, _plan
 
 import bbqlib
-from bbqlib._kernels import saq as K
-from bbqlib._kernels import saq_ivf as KI
+from bbqlib._kernels import saq as saq_kernels
+from bbqlib._kernels import saq_ivf as saq_ivf_kernels
 from bbqlib.index.ivf import storage as ST
 
 DIMS, BITS = [32, 48, 16], [4, 2, 1]
@@ -31,7 +31,7 @@ def _rows(rng, n, scale):
 
 def _tables(Qr):
     T = np.empty((len(Qr), sum(DIMS) // 8, 256), dtype=np.float32)
-    K.build_tables(np.ascontiguousarray(Qr, np.float32), T)
+    saq_kernels.build_tables(np.ascontiguousarray(Qr, np.float32), T)
     starts = np.cumsum([0, *DIMS[:-1]])
     qconst = np.stack(
         [
@@ -54,7 +54,7 @@ def test_entry_totals_match_reference(scale):
     lists = rng.integers(0, 4, 30)
     T, cconst = _tables(centres)
     out = np.empty(30)
-    KI.entry_totals(T, cconst, lists, codes, fac, a["start"], a["dims"], a["bits"],
+    saq_ivf_kernels.entry_totals(T, cconst, lists, codes, fac, a["start"], a["dims"], a["bits"],
                     a["msb_off"], a["low_off"], out)  # fmt: skip
     want = ref.entry_totals(centres, lists, codes, fac[:, 1:4].astype(np.float64), DIMS, BITS)
     tol = 1e-5 * (np.abs(want).max() + 1e-30) + 1e-6 * scale * scale
@@ -89,9 +89,9 @@ def test_ivf_scan_matches_reference(is_l2, scale, masked):
     heap = 8
     keys = np.full((nq, heap), -np.inf)
     hid = np.full((nq, heap), np.iinfo(np.int64).max, dtype=np.int64)
-    KI.ivf_scan_saq(T, qconst, pair_add, pair_list, pair_start, list_start, codes, fac, ids,
-                    a["start"], a["dims"], a["bits"], a["msb_off"], a["low_off"], is_l2,
-                    allowed, keys, hid)  # fmt: skip
+    saq_ivf_kernels.ivf_scan_saq(T, qconst, pair_add, pair_list, pair_start, list_start, codes,
+                                 fac, ids, a["start"], a["dims"], a["bits"], a["msb_off"],
+                                 a["low_off"], is_l2, allowed, keys, hid)  # fmt: skip
     want_k, want_i = ref.ivf_scan(Qr, pair_add, pair_list, pair_start, list_start, codes, fac,
                                   ids, DIMS, BITS, is_l2, allowed, heap)  # fmt: skip
     order = np.lexsort((hid, -keys), axis=1)

@@ -14,7 +14,7 @@ from test_saq_ivf import BITS, DIMS, _clustered, _rows, _tables
 from test_saq_kernels import _encode, _plan, needs_avx2
 
 import bbqlib
-from bbqlib._kernels import saq_ivf as KI
+from bbqlib._kernels import saq_ivf as saq_ivf_kernels
 from bbqlib.packing import lut_list_blocks
 from bbqlib.quantizers.saq import lists as SI
 from bbqlib.quantizers.saq.bounds import code_lengths_of, level_sums_of
@@ -90,7 +90,7 @@ def test_ivf_fastscan_matches_reference(is_l2, scale, masked):
         keys = np.full((nq, heap), -np.inf)
         hid = np.full((nq, heap), np.iinfo(np.int64).max, dtype=np.int64)
         rescored = np.zeros(nq, dtype=np.int64)
-        KI.ivf_fastscan_saq(
+        saq_ivf_kernels.ivf_fastscan_saq(
             tables, lo, step, w, const, qerr, frows, fconst, pair_add, pair_list, pair_start,
             list_start, block_starts, blocks, codes, fac, np.ascontiguousarray(fac.T), ksum,
             gnorm, gnorm.max(1).astype(np.float64), ids, a["start"], a["dims"], a["bits"],
@@ -161,7 +161,7 @@ def test_pair_terms_match_numpy(is_l2, d):
     pq = rng.integers(0, 9, 40).astype(np.int64)
     pl = rng.integers(0, 5, 40).astype(np.int64)
     out = np.empty(40)
-    KI.pair_terms(Q, C, cc, pq, pl, is_l2, out)
+    saq_ivf_kernels.pair_terms(Q, C, cc, pq, pl, is_l2, out)
     q64, c64 = Q.astype(np.float64)[pq], C.astype(np.float64)[pl]
     want = ((q64 - c64) ** 2).sum(1) if is_l2 else (q64 * c64).sum(1)
     np.testing.assert_allclose(out, want, rtol=1e-9, atol=1e-9 * np.abs(want).max())

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from reference import saq as ref
 
-from bbqlib._kernels import saq as K
+from bbqlib._kernels import saq as saq_kernels
 from bbqlib._kernels.lut import avx2_available
 from bbqlib.quantizers.saq.plan import SAQPlan, Segment
 
@@ -29,7 +29,7 @@ def _encode(Y, plan, rounds=6):
     n = len(Y)
     codes = np.zeros((n, plan.code_bytes), dtype=np.uint8)
     fac = np.zeros((n, 1 + 2 * len(plan.segments)), dtype=np.float32)
-    K.caq_encode_rows(
+    saq_kernels.caq_encode_rows(
         np.ascontiguousarray(Y, np.float32),
         a["start"],
         a["dims"],
@@ -104,7 +104,7 @@ def test_tables_match_definition():
     rng = np.random.default_rng(1)
     Q = rng.standard_normal((3, 24)).astype(np.float32)
     T = np.empty((3, 3, 256), dtype=np.float32)
-    K.build_tables(Q, T)
+    saq_kernels.build_tables(Q, T)
     bits = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1)  # [256, 8] MSB first
     for q in range(3):
         for p in range(3):
@@ -121,7 +121,7 @@ def _estimate_case(rng, is_l2, dims=(32, 48, 16), bits=(4, 2, 1), n=40, nq=5, sc
     fac[:, 0] = rng.standard_normal(n)
     q_add = rng.standard_normal(nq)
     T = np.empty((nq, sum(dims) // 8, 256), dtype=np.float32)
-    K.build_tables(Qc, T)
+    saq_kernels.build_tables(Qc, T)
     S = len(dims)
     qconst = np.stack(
         [
@@ -151,7 +151,7 @@ def test_estimate_and_scan_match_reference(is_l2, scale):
     a = plan.arrays()
     seg = (a["start"], a["dims"], a["bits"], a["msb_off"], a["low_off"])
     out = np.empty(want.shape)
-    K.estimate_rows(T, qconst, q_add, codes, fac, *seg, is_l2, out)
+    saq_kernels.estimate_rows(T, qconst, q_add, codes, fac, *seg, is_l2, out)
     # float32 tables: error about 1e-7 of the summed magnitudes
     tol = 1e-5 * (np.abs(want).max() + scale * scale * 100)
     np.testing.assert_allclose(out, want, atol=tol)
@@ -159,7 +159,9 @@ def test_estimate_and_scan_match_reference(is_l2, scale):
     for chunks in (1, 3):
         keys = np.full((chunks, len(T), k), -np.inf)
         ids = np.full((chunks, len(T), k), np.iinfo(np.int64).max, dtype=np.int64)
-        K.scan_rows(T, qconst, q_add, codes, fac, *seg, is_l2, np.empty(0, np.uint8), 0, keys, ids)
+        saq_kernels.scan_rows(
+            T, qconst, q_add, codes, fac, *seg, is_l2, np.empty(0, np.uint8), 0, keys, ids
+        )
         got = np.sort(ids.transpose(1, 0, 2).reshape(len(T), -1), axis=1)
         key = -out if is_l2 else out
         best = np.sort(np.argsort(-key, axis=1, kind="stable")[:, :k], axis=1)
@@ -177,7 +179,7 @@ def test_scan_mask_and_id_base():
     mask = (np.arange(len(codes)) % 3 == 0).astype(np.uint8)
     keys = np.full((1, len(T), 5), -np.inf)
     ids = np.full((1, len(T), 5), np.iinfo(np.int64).max, dtype=np.int64)
-    K.scan_rows(T, qconst, q_add, codes, fac, *seg, False, mask, 1000, keys, ids)
+    saq_kernels.scan_rows(T, qconst, q_add, codes, fac, *seg, False, mask, 1000, keys, ids)
     assert np.all((ids - 1000) % 3 == 0)
 
 

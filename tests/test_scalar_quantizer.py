@@ -7,7 +7,7 @@ import pytest
 from reference import scalar as ref
 
 import bbqlib
-from bbqlib._kernels import scoring as K
+from bbqlib._kernels import scoring as KS
 from bbqlib._validation import NotFittedError, prepare_for_similarity
 from bbqlib.layouts.scan import estimate_raw
 from bbqlib.quantizers.int8 import NO_CORRECTIONS, OFFSET_CORRECTIONS, ScalarQuantizer
@@ -262,7 +262,7 @@ def test_global_quantile_and_sampling():
 
 
 # ----------------------------------------------------------------------------- byte kernel
-@pytest.mark.parametrize("d", [1, 3, 7, 63, 65, 127, 384, K.BYTE_RUN, K.BYTE_RUN + 1])
+@pytest.mark.parametrize("d", [1, 3, 7, 63, 65, 127, 384, KS.BYTE_RUN, KS.BYTE_RUN + 1])
 def test_byte_dot_exact(d):
     rng = np.random.default_rng(d)
     cases = [
@@ -271,7 +271,7 @@ def test_byte_dot_exact(d):
         (np.zeros(d, np.uint8), np.full(d, 255, np.uint8)),
     ]
     for qv, dv in cases:
-        assert K.byte_dot(qv, dv) == ref.byte_dot(qv, dv)
+        assert KS.byte_dot(qv, dv) == ref.byte_dot(qv, dv)
 
 
 # ----------------------------------------------------------------------------- search / index

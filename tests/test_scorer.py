@@ -14,7 +14,7 @@ import pytest
 from reference.scoring import estimate_reference, int_dot, topk_reference
 
 from bbqlib import BBQQuantizer
-from bbqlib._kernels import candidates as K
+from bbqlib._kernels import candidates as candidates_kernels
 from bbqlib._kernels.scoring import EMPTY_ID
 from bbqlib.integrations import CandidateScorer, check_ids, exact_scorer
 from bbqlib.layouts.kernels import KERNELS
@@ -149,18 +149,27 @@ def test_score_ids_kernels_match_reference(d):
             dw = pack_planes(X, planes).view(np.uint64)
             qw = pack_planes(Y, qp).view(np.uint64)
             words = dw.shape[1] // planes
-            for kern in (K.score_ids_planes, K.score_ids_planes_parallel):
+            for kern in (
+                candidates_kernels.score_ids_planes,
+                candidates_kernels.score_ids_planes_parallel,
+            ):
                 out = np.empty((nq, m), np.float32)
                 kern(qw, qf, dw, df, qp, planes, words, d, 0.7, is_l2, ids, out)
                 np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4 * d)
-            for kern in (K.score_ids_bytes, K.score_ids_bytes_parallel):
+            for kern in (
+                candidates_kernels.score_ids_bytes,
+                candidates_kernels.score_ids_bytes_parallel,
+            ):
                 out = np.empty((nq, m), np.float32)
                 kern(Y, qf, X, df, d, 0.7, is_l2, ids, out)
                 np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4 * d)
             # float query: Y as floats, docs packed (planes) or as bytes
             qv = Y.astype(np.float32)
             packed = pack_planes(X, planes)
-            for kern in (K.score_ids_float, K.score_ids_float_parallel):
+            for kern in (
+                candidates_kernels.score_ids_float,
+                candidates_kernels.score_ids_float_parallel,
+            ):
                 for codes, p in ((packed, planes), (X, 0)):
                     out = np.empty((nq, m), np.float32)
                     kern(qv, qf, codes, df, p, dw.shape[1] * 8 // planes, d, 0.7, is_l2, ids, out)
@@ -171,7 +180,7 @@ def test_id_range():
     g = np.random.default_rng(0)
     for n in (1, 2, 7, 1000):
         ids = g.integers(-5, 10**12, size=n)
-        assert K.id_range(ids) == (ids.min(), ids.max())
+        assert candidates_kernels.id_range(ids) == (ids.min(), ids.max())
 
 
 @pytest.mark.parametrize("layout", ["planes", "bytes", "float-planes"])
@@ -252,9 +261,9 @@ def test_list_kernels_match_reference(layout):
 def _records(codes_packed, factors, dim):
     n, cb = codes_packed.shape
     pad = -(-cb // 8) * 8
-    rec = np.zeros((n, pad + K.RECORD_TAIL), np.uint8)
+    rec = np.zeros((n, pad + candidates_kernels.RECORD_TAIL), np.uint8)
     rec[:, :cb] = codes_packed
-    tail = np.zeros((n, K.RECORD_TAIL // 4), np.float32)
+    tail = np.zeros((n, candidates_kernels.RECORD_TAIL // 4), np.float32)
     tail[:, :4] = factors
     tail[:, 4] = np.sqrt(dim) * factors[:, 0].astype(np.float64)
     rec[:, pad:] = tail.view(np.uint8)
@@ -275,7 +284,7 @@ def test_doc_doc_metric_matches_reference(d, planes):
         ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64
     )
     for is_l2 in (True, False):
-        f = call(K.doc_doc_metric(kind, is_l2).address)
+        f = call(candidates_kernels.doc_doc_metric(kind, is_l2).address)
         raw = estimate_reference(df.astype(np.float64), df, int_dot(X, X), d, 0.0, is_l2)
         want = raw if is_l2 else 1.0 - raw
         got = np.empty((n, n), np.float32)
@@ -289,7 +298,7 @@ def test_doc_doc_metric_matches_reference(d, planes):
 
 def test_doc_doc_metric_rejects_layout():
     with pytest.raises(ValueError, match="planes"):
-        K.doc_doc_metric(3, True)
+        candidates_kernels.doc_doc_metric(3, True)
 
 
 # ----------------------------------------------------------------------------- exact scorer

@@ -17,7 +17,7 @@ from reference.scoring import (
     topk_reference,
 )
 
-from bbqlib._kernels import scoring as K
+from bbqlib._kernels import scoring as KS
 from bbqlib.encoding import ENCODINGS
 from bbqlib.layouts.codes import DocCodes, QueryCodes
 from bbqlib.layouts.scan import QUERY_BATCH, estimate_raw
@@ -118,7 +118,7 @@ def test_plane_dots_exact(d, dp, qp):
     qw, dw = plane_words(pack_planes(Y, qp)), plane_words(pack_planes(X, dp))
     words = dw.shape[1] // dp
     for i, j in [(0, 0), (0, 1), (4, 39), (2, 7)]:
-        assert K.plane_dot(qw[i], dw[j], qp, dp, words) == expected[i, j]
+        assert KS.plane_dot(qw[i], dw[j], qp, dp, words) == expected[i, j]
 
 
 @pytest.mark.parametrize("d", [1, 3, 65, 384, 1000])

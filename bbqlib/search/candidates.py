@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._kernels import candidates as K
+from .._kernels import candidates as candidates_kernels
 from .._validation import check_vectors, prepare_for_similarity
 from ..layouts.codes import DocCodes, QueryCodes
 from ..layouts.kernels import kernels_for, packed_args
@@ -44,7 +44,7 @@ def check_ids(ids, n: int, name: str = "ids") -> np.ndarray:
         raise ValueError(f"{name} must be 1-D (one id per candidate), got shape {arr.shape}")
     out = np.ascontiguousarray(arr, dtype=np.int64)
     if out.size:
-        lo, hi = K.id_range(out)
+        lo, hi = candidates_kernels.id_range(out)
         # uint64 ids above 2**63 wrap to negative values and are caught by lo < 0.
         if lo < 0 or hi >= n:
             bad = arr[(out < 0) | (out >= n)][0]

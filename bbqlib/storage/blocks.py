@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._kernels import crc32 as KC
+from .._kernels import crc32 as crc32_kernels
 from .container import crc32_of
 from .errors import CorruptFileError
 
@@ -79,7 +79,7 @@ def row_crcs(arr: np.ndarray) -> np.ndarray:
     """uint32 [n]: ``zlib.crc32`` of each row of ``arr`` (compiled; no Python step per row)."""
     out = np.empty(arr.shape[0], dtype=np.uint32)
     if arr.shape[0]:
-        KC.row_crcs(row_bytes(arr), out)
+        crc32_kernels.row_crcs(row_bytes(arr), out)
     return out
 
 
@@ -194,7 +194,7 @@ class BlockChecksums:
         if rows.size == 0 or self._all:
             return
         rows = np.ascontiguousarray(rows, dtype=np.int64).reshape(-1)
-        bad = KC.check_rows(
+        bad = crc32_kernels.check_rows(
             row_bytes(arr), rows, self.crcs, self._checked, self.block_rows, self.cold
         )
         if bad >= 0:

@@ -44,7 +44,7 @@ BENCH = HERE.parent  # benchmarks/, on sys.path instead of HERE (see common.py)
 sys.path[:] = [str(BENCH), *(p for p in sys.path if Path(p or ".").resolve() != HERE)]
 sys.path.insert(0, str(BENCH.parent / "tests"))
 import common  # noqa: E402
-import lucene_harness as H  # noqa: E402
+import lucene_harness as lucene_harness  # noqa: E402
 
 import bbqlib  # noqa: E402
 from bbqlib.similarity import exact_raw, resolve_similarity  # noqa: E402
@@ -74,7 +74,9 @@ def _data_dir() -> Path:
     import os
 
     return (
-        Path(os.environ["BBQLIB_DATA"]) if "BBQLIB_DATA" in os.environ else H.shared_dir() / "data"
+        Path(os.environ["BBQLIB_DATA"])
+        if "BBQLIB_DATA" in os.environ
+        else lucene_harness.shared_dir() / "data"
     )
 
 
@@ -94,7 +96,7 @@ def _inputs(name: str, sim: str, X: np.ndarray, Q: np.ndarray):
 
 
 def _pct(row: dict) -> dict:
-    return {k: (100.0 * v if k in H.FRACTIONS else v) for k, v in row.items()}
+    return {k: (100.0 * v if k in lucene_harness.FRACTIONS else v) for k, v in row.items()}
 
 
 # ----------------------------------------------------------------------------- 1. bits
@@ -106,12 +108,12 @@ def bit_tables(args, tools) -> tuple[list[str], dict]:
             X, Q = _inputs(name, sim, X0, Q0)
             inputs[(name, sim)] = (X, Q)
             key = f"{name}.{sim}"
-            index_tasks.append(H.LuceneTask(key, X, Q, tuple((sim, b) for b in BITS)))
+            index_tasks.append(lucene_harness.LuceneTask(key, X, Q, tuple((sim, b) for b in BITS)))
             # the default arithmetic's own centroid and prepared vectors, for Lucene direct
             q = bbqlib.BBQQuantizer(bits=1, similarity=sim).fit(X)
             Xp, Qp = q._validated(X, "X"), q._validated(Q, "Q")
             direct_tasks.append(
-                H.LuceneTask(
+                lucene_harness.LuceneTask(
                     key + ".direct",
                     Xp,
                     Qp,
@@ -121,8 +123,8 @@ def bit_tables(args, tools) -> tuple[list[str], dict]:
                 )
             )
     t0 = time.perf_counter()
-    ref = H.run_oracle(index_tasks + direct_tasks, **tools, fma=False)
-    fma = H.run_oracle(index_tasks, **tools, fma=True)
+    ref = lucene_harness.run_oracle(index_tasks + direct_tasks, **tools, fma=False)
+    fma = lucene_harness.run_oracle(index_tasks, **tools, fma=True)
     java_s = time.perf_counter() - t0
     meta_ref = next(iter(next(iter(ref.values())).values())).meta
     meta_fma = next(iter(next(iter(fma.values())).values())).meta
@@ -135,12 +137,16 @@ def bit_tables(args, tools) -> tuple[list[str], dict]:
             for bits in BITS:
                 ql = bbqlib.BBQQuantizer(bits=bits, similarity=sim, arithmetic="lucene").fit(X)
                 qd = bbqlib.BBQQuantizer(bits=bits, similarity=sim).fit(X)
-                label = {"data": name, "similarity": sim, "bits": f"{bits}x{H.query_bits(bits)}"}
+                label = {
+                    "data": name,
+                    "similarity": sim,
+                    "bits": f"{bits}x{lucene_harness.query_bits(bits)}",
+                }
                 rows = {
-                    "lucene": H.compare(ql, X, Q, ref[key][(sim, bits)]),
-                    "e2e": H.compare(qd, X, Q, ref[key][(sim, bits)]),
-                    "same": H.compare(qd, X, Q, ref[key + ".direct"][(sim, bits)]),
-                    "fma": H.compare(ql, X, Q, fma[key][(sim, bits)]),
+                    "lucene": lucene_harness.compare(ql, X, Q, ref[key][(sim, bits)]),
+                    "e2e": lucene_harness.compare(qd, X, Q, ref[key][(sim, bits)]),
+                    "same": lucene_harness.compare(qd, X, Q, ref[key + ".direct"][(sim, bits)]),
+                    "fma": lucene_harness.compare(ql, X, Q, fma[key][(sim, bits)]),
                 }
                 for table, row in rows.items():
                     tables[table].append({**label, **_pct(row)})
@@ -166,7 +172,9 @@ def bit_tables(args, tools) -> tuple[list[str], dict]:
         "java_seconds": java_s,
         "meta_ref": meta_ref,
         "meta_fma": meta_fma,
-        "all_lucene_100": all(r[k] == 100.0 for r in tables["lucene"] for k in H.FRACTIONS),
+        "all_lucene_100": all(
+            r[k] == 100.0 for r in tables["lucene"] for k in lucene_harness.FRACTIONS
+        ),
     }
     return md, info
 
@@ -188,7 +196,11 @@ def recall_table(args) -> str:
             raw = exact_raw(s, Qe, Xe)
             truth = np.argsort(raw if s.is_distance else -raw, axis=1, kind="stable")[:, :10]
             for bits in BITS:
-                row = {"data": name, "similarity": sim, "bits": f"{bits}x{H.query_bits(bits)}"}
+                row = {
+                    "data": name,
+                    "similarity": sim,
+                    "bits": f"{bits}x{lucene_harness.query_bits(bits)}",
+                }
                 for mode in ("float64", "lucene"):
                     q = bbqlib.BBQQuantizer(bits=bits, similarity=sim, arithmetic=mode)
                     index = bbqlib.FlatIndex(q)
@@ -234,7 +246,7 @@ def speed_table(args) -> str:
                 {
                     "data": f"{name} ({len(X)} x {X.shape[1]})",
                     "similarity": sim,
-                    "bits": f"{bits}x{H.query_bits(bits)}",
+                    "bits": f"{bits}x{lucene_harness.query_bits(bits)}",
                     "enc_f64": 1e6 * enc_t.median_b / len(X),
                     "enc_luc": 1e6 * enc_t.median_a / len(X),
                     "enc_ratio": enc_t.ratio,
@@ -277,8 +289,8 @@ def main(argv=None) -> None:
     p.add_argument("--out", default=str(BENCH / "results" / "lucene.md"))
     args = p.parse_args(argv)
 
-    jar = H.find_jar()
-    found = H.find_java(21)
+    jar = lucene_harness.find_jar()
+    found = lucene_harness.find_java(21)
     if jar is None or found is None:
         sys.exit("needs the Lucene 10.5 jar (shared/oracle) and a Java >= 21")
     tools = {"java": found[0], "javac": found[1], "jar": jar}

@@ -123,7 +123,7 @@ def estimator_stats(d: int = 768, n: int = 400, nq: int = 50, seeds: int = 8) ->
     error over all pairs and seeds with a 95% t-interval over the per-seed means (pairs within a
     seed share a rotation, seeds are independent).
     """
-    from scipy import stats as st
+    from scipy import stats as scipy_stats
     from threadpoolctl import threadpool_limits
 
     rng = np.random.default_rng(2024)
@@ -145,7 +145,7 @@ def estimator_stats(d: int = 768, n: int = 400, nq: int = 50, seeds: int = 8) ->
                 covered.append(np.mean((lower <= exact) & (exact <= upper)))
             E = np.stack(errors)
             per_seed = E.reshape(seeds, -1).mean(axis=1)
-            half = st.t.ppf(0.975, seeds - 1) * per_seed.std(ddof=1) / np.sqrt(seeds)
+            half = scipy_stats.t.ppf(0.975, seeds - 1) * per_seed.std(ddof=1) / np.sqrt(seeds)
             rows.append(
                 {
                     "bits": bits,

@@ -27,7 +27,7 @@ from ...similarity import Similarity
 from ..base import Index
 from ..guard import IndexGuard
 from ..ids import RowIds
-from . import batch as S
+from . import batch as ivf_batch
 from . import files as F
 from . import plan as P
 from . import storage as ST
@@ -353,8 +353,8 @@ class IVFIndex(GuardedWrites, Index):
     @thread_scope  # the batch path caps its kernels' threads by its amount of work
     def _search(self, queries, k, visit_percentage, oversample, rerank, filter, scores,
                 pad_to_k=None):  # fmt: skip
-        return S.search_batch(self, queries, k, visit_percentage, oversample, rerank, filter,
-                              scores, pad_to_k)  # fmt: skip
+        return ivf_batch.search_batch(self, queries, k, visit_percentage, oversample, rerank,
+                                      filter, scores, pad_to_k)  # fmt: skip
 
     def warmup_tiers(self) -> tuple:
         """The tiers of the single-query kernels this index runs (``bbqlib.warmup``)."""
@@ -368,7 +368,7 @@ class IVFIndex(GuardedWrites, Index):
 
     def _allowed(self, filter) -> np.ndarray | None:
         """uint8 mask over rows (filter and not deleted), or None when everything is allowed."""
-        return S.allowed_rows(self, filter)
+        return ivf_batch.allowed_rows(self, filter)
 
     # ------------------------------------------------------------------ files
     def save(self, path=None) -> Path:

@@ -33,8 +33,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..._kernels import lucene_scores as KS
-from ..._kernels import osq_lucene as K
+from ..._kernels import lucene_scores as lucene_scores_kernels
+from ..._kernels import osq_lucene as osq_lucene_kernels
 from ..._validation import check_k, check_similarity_rules, check_vectors
 from ...encoding import Encoding, get_encoding
 from ...layouts.codes import QueryCodes
@@ -78,10 +78,10 @@ LAMBDA = np.float32(DEFAULT_LAMBDA)
 CHUNK_BYTES = 1 << 24
 
 _SIM_CODE = {
-    Similarity.EUCLIDEAN: K.SIM_EUCLIDEAN,
-    Similarity.DOT_PRODUCT: K.SIM_DOT,
-    Similarity.COSINE: K.SIM_DOT,
-    Similarity.MAX_INNER_PRODUCT: K.SIM_MIP,
+    Similarity.EUCLIDEAN: osq_lucene_kernels.SIM_EUCLIDEAN,
+    Similarity.DOT_PRODUCT: osq_lucene_kernels.SIM_DOT,
+    Similarity.COSINE: osq_lucene_kernels.SIM_DOT,
+    Similarity.MAX_INNER_PRODUCT: osq_lucene_kernels.SIM_MIP,
 }
 
 
@@ -119,7 +119,7 @@ def _check_rows(X: np.ndarray, similarity: Similarity, name: str) -> None:
     check_similarity_rules(X, similarity, name)
     if similarity is Similarity.COSINE and X.size:
         sq = np.empty(X.shape[0], dtype=np.float32)
-        K.row_dots(X, sq)
+        osq_lucene_kernels.row_dots(X, sq)
         zero = np.flatnonzero(sq == 0)
         if zero.size:
             raise ValueError(
@@ -133,14 +133,14 @@ def _l2normalize(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     out = np.empty_like(X)
     zero = np.zeros(X.shape[0], dtype=np.uint8)
     if X.size:
-        K.l2normalize_rows(X, out, zero)
+        osq_lucene_kernels.l2normalize_rows(X, out, zero)
     return out, zero.astype(bool)
 
 
 def _normalized_docs(X: np.ndarray) -> np.ndarray:
     out = np.empty_like(X)
     if X.size:
-        K.normalize_docs(X, out)
+        osq_lucene_kernels.normalize_docs(X, out)
     return out
 
 
@@ -150,7 +150,7 @@ def lucene_centroid(X: np.ndarray, cosine: bool) -> np.ndarray:
     Raises ValueError where Lucene's writer cannot normalize the cosine centroid (zero).
     """
     sums = np.zeros(X.shape[1], dtype=np.float32)
-    K.centroid_sums(X, bool(cosine), sums)
+    osq_lucene_kernels.centroid_sums(X, bool(cosine), sums)
     centroid = sums / np.float32(X.shape[0])
     if cosine:
         normalized, zero = _l2normalize(centroid[None, :])
@@ -165,7 +165,7 @@ def lucene_centroid(X: np.ndarray, cosine: bool) -> np.ndarray:
 
 def centroid_dot(centroid: np.ndarray) -> float:
     """``VectorUtil.dotProduct(c, c)`` (Lucene's ``centroidDP``), a float32 value."""
-    return float(K.centroid_dot(np.ascontiguousarray(centroid, dtype=np.float32)))
+    return float(osq_lucene_kernels.centroid_dot(np.ascontiguousarray(centroid, dtype=np.float32)))
 
 
 def validated(q, X, name: str, *, allow_1d: bool = False) -> np.ndarray:
@@ -210,7 +210,7 @@ def _quantize(q, X: np.ndarray, bits: int, row0: int = 0):
     additional = np.empty(n, dtype=np.float32)
     ksum = np.empty(n, dtype=np.int64)
     if n:
-        K.osq_quantize_lucene(
+        osq_lucene_kernels.osq_quantize_lucene(
             np.ascontiguousarray(X, dtype=np.float32),
             np.ascontiguousarray(q.centroid_, dtype=np.float32),
             int(bits),
@@ -312,7 +312,7 @@ def _score_factors(codes: LuceneCodes, bits: int) -> np.ndarray:
     the terms ``quantizedScore`` reads, computed as it computes them."""
     factors = np.empty((len(codes.lower), 4), dtype=np.float32)
     factors[:, 0] = codes.lower
-    factors[:, 1] = (codes.upper - codes.lower) * K.SCALE_LUT[bits - 1]
+    factors[:, 1] = (codes.upper - codes.lower) * osq_lucene_kernels.SCALE_LUT[bits - 1]
     factors[:, 2] = codes.component_sum.astype(np.float32)
     factors[:, 3] = codes.additional
     return factors
@@ -385,11 +385,13 @@ def _dense(q, Q, enc: EncodedVectors, mapped: bool) -> np.ndarray:
     if enc.encoding.layout == "planes":
         planes = enc.encoding.doc_planes
         words = docs.shape[1] // planes
-        KS.lucene_scores_planes(
+        lucene_scores_kernels.lucene_scores_planes(
             queries, qfac, docs, dfac, planes, words, fdim, cdp, sim, mapped, out
         )
     else:
-        KS.lucene_scores_bytes(queries, qfac, docs, dfac, fdim, cdp, sim, mapped, out)
+        lucene_scores_kernels.lucene_scores_bytes(
+            queries, qfac, docs, dfac, fdim, cdp, sim, mapped, out
+        )
     return out
 
 
@@ -432,11 +434,13 @@ def search_prepared(q, Qp, enc: EncodedVectors, k: int, *, allowed=None, id_base
         if enc.encoding.layout == "planes":
             planes = enc.encoding.doc_planes
             words = docs.shape[1] // planes
-            KS.lucene_topk_planes(
+            lucene_scores_kernels.lucene_topk_planes(
                 queries, qfac, docs, dfac, planes, words, fdim, cdp, sim, mask, scores, ids, raw
             )
         else:
-            KS.lucene_topk_bytes(queries, qfac, docs, dfac, fdim, cdp, sim, mask, scores, ids, raw)
+            lucene_scores_kernels.lucene_topk_bytes(
+                queries, qfac, docs, dfac, fdim, cdp, sim, mask, scores, ids, raw
+            )
     out_raw = np.full((nq, k), np.nan)
     out_ids = np.full((nq, k), -1, dtype=np.int64)
     found = ids >= 0

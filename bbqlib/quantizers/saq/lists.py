@@ -42,7 +42,7 @@ def encode_pairs(q, W, rows, centres, lists) -> tuple[np.ndarray, np.ndarray]:
     ``o = x - c`` and ``g`` the code's estimate of ``<o, c>`` over the coded segments
     (:mod:`bbqlib._kernels.saq_ivf`).
     """
-    from ..._kernels import saq_ivf as KI
+    from ..._kernels import saq_ivf as saq_ivf_kernels
 
     rows = np.asarray(rows, dtype=np.int64)
     lists = np.asarray(lists, dtype=np.int64)
@@ -59,7 +59,7 @@ def encode_pairs(q, W, rows, centres, lists) -> tuple[np.ndarray, np.ndarray]:
     ctables, cconst = frame_tables(q, Cr.astype(np.float32))
     g = np.empty(m)
     a = q.plan_.arrays()
-    KI.entry_totals(
+    saq_ivf_kernels.entry_totals(
         ctables, cconst, local.astype(np.int64), codes, fac, a["start"], a["dims"],
         a["bits"], a["msb_off"], a["low_off"], g,
     )  # fmt: skip
@@ -73,11 +73,11 @@ def encode_pairs(q, W, rows, centres, lists) -> tuple[np.ndarray, np.ndarray]:
 def pair_adds(q, Qt, centres, list_cc, pair_query, pair_list) -> np.ndarray:
     """``‖q - c‖²`` (euclidean) or ``<q, c>`` of each (query, list) pair, float64 [P]
     (:func:`bbqlib._kernels.saq_ivf.pair_terms`: no gathered copies of the rows)."""
-    from ..._kernels import saq_ivf as KI
+    from ..._kernels import saq_ivf as saq_ivf_kernels
 
     out = np.empty(len(pair_query), dtype=np.float64)
     if len(out):
-        KI.pair_terms(
+        saq_ivf_kernels.pair_terms(
             np.ascontiguousarray(Qt), np.ascontiguousarray(centres),
             np.ascontiguousarray(list_cc, dtype=np.float64),
             np.ascontiguousarray(pair_query, dtype=np.int64),
@@ -106,7 +106,7 @@ def scan_pairs(
     ``SAQQuantizer._frame_queries``, as the fused one-query call does.
     Returns the entries re-scored per query (two-pass), else None.
     """
-    from ..._kernels import saq_ivf as KI
+    from ..._kernels import saq_ivf as saq_ivf_kernels
 
     pair_query, pair_list, pair_start = pairs
     mode = ivf_scan_mode(q, IVF_SCAN if scan == "auto" else scan, reranked)
@@ -125,7 +125,7 @@ def scan_pairs(
     pair_start = np.ascontiguousarray(pair_start, dtype=np.int64)
     if mode == "plain":
         tables, qconst = frame_tables(q, Yc)
-        KI.ivf_scan_saq(
+        saq_ivf_kernels.ivf_scan_saq(
             tables, qconst, add, pair_list, pair_start, list_start, codes, factors,
             entry_ids, a["start"], a["dims"], a["bits"], a["msb_off"], a["low_off"], is_l2,
             allowed, keys, ids,
@@ -142,7 +142,7 @@ def scan_pairs(
     else:
         frows, fconst = np.zeros((1, 8), np.float32), np.zeros((1, 1))
     rescored = np.zeros(len(Yc), dtype=np.int64)
-    KI.ivf_fastscan_saq(
+    saq_ivf_kernels.ivf_fastscan_saq(
         tables, lo, step, w, const, PREFILTER_Z * rounding, frows, fconst, add,
         pair_list, pair_start, list_start, block_starts, blocks, codes, factors, cols,
         ksum, gnorm, gmax, entry_ids, a["start"], a["dims"], a["bits"], a["msb_off"],

@@ -409,9 +409,9 @@ class SAQQuantizer(Quantizer):
 
     def _encode_frame(self, Y, codes, fac) -> None:
         a = self.plan_.arrays()
-        from ..._kernels import saq as K  # on first use: import bbqlib stays light
+        from ..._kernels import saq as saq_kernels  # on first use: import bbqlib stays light
 
-        K.caq_encode_rows(
+        saq_kernels.caq_encode_rows(
             np.ascontiguousarray(Y, dtype=np.float32),
             a["start"],
             a["dims"],

@@ -65,7 +65,7 @@ class SAQScanner(Scanner):
     def estimate_parts(self, Qc, q_add, enc) -> np.ndarray:
         """Raw estimates float64 [nq, n] of centred, rotated queries ``Qc`` and their
         additive terms ``q_add`` (``SAQQuantizer._query_parts``), by the float tables."""
-        from ..._kernels import saq as K
+        from ..._kernels import saq as saq_kernels
 
         q = self.quantizer
         tables, qconst, _ = q._tables(Qc)
@@ -73,7 +73,7 @@ class SAQScanner(Scanner):
         a = q.plan_.arrays()
         out = np.empty((len(Qc), len(enc)))
         if len(enc) and len(Qc):
-            K.estimate_rows(
+            saq_kernels.estimate_rows(
                 tables, qconst, q_add, codes, fac, a["start"], a["dims"], a["bits"],
                 a["msb_off"], a["low_off"], q.similarity_.is_distance, out,
             )  # fmt: skip

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..._kernels import saq as K
+from ..._kernels import saq as saq_kernels
 from ..._kernels.lut import avx2_available
 from ..._kernels.policy import num_threads
 from ...packing import lut_blocks
@@ -243,7 +243,7 @@ def float_tables(q, Qc: np.ndarray):
     """``(tables, qconst, rounding)`` of centred, rotated query rows."""
     Qq, qconst, rounding = float_rows(q, Qc)
     tables = np.empty((len(Qq), q.plan_.coded_dims // 8, 256), dtype=np.float32)
-    K.build_tables(Qq, tables)
+    saq_kernels.build_tables(Qq, tables)
     return tables, qconst, rounding
 
 
@@ -254,7 +254,9 @@ def _plain(q, Qb, add, codes, fac, seg, is_l2, mask, id_base, k):
     keys = np.full((chunks, len(Qb), k), -np.inf)
     hid = np.full((chunks, len(Qb), k), EMPTY, dtype=np.int64)
     if n:
-        K.scan_rows(tables, qconst, add, codes, fac, *seg, is_l2, mask, id_base, keys, hid)
+        saq_kernels.scan_rows(
+            tables, qconst, add, codes, fac, *seg, is_l2, mask, id_base, keys, hid
+        )
     keys = keys.transpose(1, 0, 2).reshape(len(Qb), -1)
     hid = hid.transpose(1, 0, 2).reshape(len(Qb), -1)
     return merge_topk(keys, hid, k)
@@ -278,7 +280,7 @@ def make_scorer(q, Q, enc):
         ids = check_ids(ids, len(codes))
         out = np.empty((1, len(ids)))
         if len(ids):
-            K.estimate_rows(
+            saq_kernels.estimate_rows(
                 tables,
                 qconst,
                 q_add,
