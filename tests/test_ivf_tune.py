@@ -72,3 +72,25 @@ def test_tune_needs_vectors_and_a_sane_target():
     index.add(X)
     with pytest.raises(ValueError, match="target_recall"):
         index.tune(target_recall=1.5)
+
+
+def test_target_recall_tunes_at_the_first_add_and_one_query_searches_follow():
+    X = _clustered(3000, 16, seed=4)
+    index = bbqlib.IVFIndex(similarity="euclidean", cluster_size=64, target_recall=0.9)
+    assert index.visit_percentage is None
+    index.add(X)
+    tuned = (index.visit_percentage, index.oversample)
+    assert tuned[0] is not None
+    index.add(_clustered(100, 16, seed=5))  # later adds keep the defaults
+    assert (index.visit_percentage, index.oversample) == tuned
+    # a one-query search after a change of defaults uses the new ones, as a batch does
+    q = X[7]
+    index.search(q, 10)
+    index.visit_percentage = 100.0
+    one = index.search(q, 10)
+    stats = dict(index.last_search_stats)
+    batch = index.search(q[None, :].astype(np.float64), 10)
+    assert index.last_search_stats == stats
+    np.testing.assert_array_equal(one[1], batch[1])
+    with pytest.raises(ValueError, match="target_recall"):
+        bbqlib.IVFIndex(target_recall=0.0)

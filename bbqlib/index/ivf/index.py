@@ -105,6 +105,8 @@ class IVFIndex(GuardedWrites, Index):
         return quantized scores). The rerank scores the decoded rows exactly.
     visit_percentage, oversample : float, optional
         Defaults of :meth:`search` (``None``: the dynamic budget, the encoding's depth).
+    target_recall : float, optional
+        Measure those defaults at the first :meth:`add` for this recall@10 (:meth:`tune`).
 
     Notes
     -----
@@ -150,6 +152,7 @@ class IVFIndex(GuardedWrites, Index):
         visit_percentage: float | None = None,
         oversample: float | None = None,
         overwrite: bool = False,
+        target_recall: float | None = None,
     ):
         options = {"bits": bits, "query_bits": query_bits, "similarity": similarity,
                    "precondition": precondition}  # fmt: skip
@@ -165,6 +168,9 @@ class IVFIndex(GuardedWrites, Index):
         self.store_vectors = check_store_vectors(store_vectors)
         self.visit_percentage = P.check_visit_percentage(visit_percentage)
         self.oversample = None if oversample is None else check_oversample(oversample, 1.0)
+        if target_recall is not None and not 0.0 < target_recall <= 1.0:
+            raise ValueError(f"target_recall must be in (0, 1], got {target_recall!r}")
+        self.target_recall = target_recall
         self._fitted = False
         self._generation = None  # (directory, generation) this index was read from
         self._row_ids = RowIds()
@@ -260,7 +266,11 @@ class IVFIndex(GuardedWrites, Index):
         copied. On an index read from files, every posting list's CRC32 is checked before
         the lists are rewritten (once per open). Thread-safe (see the class notes).
         """
+        first = not self._fitted
         W.add_vectors(self, X, ids, progress)
+        target = getattr(self, "target_recall", None)  # absent from older pickles
+        if first and target is not None and self.store_vectors:
+            self.tune(target_recall=target)
 
     def _set_centroids(self, C: np.ndarray) -> None:
         W.set_centroids(self, C)
