@@ -45,14 +45,6 @@ class SAQEncoding(Encoding):
     plan: str = ""
 
     @property
-    def doc_planes(self) -> int:
-        return 0
-
-    @property
-    def query_planes(self) -> int:
-        return 0
-
-    @property
     def max_dim(self) -> int:
         return 1 << 31
 

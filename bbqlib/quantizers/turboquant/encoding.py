@@ -61,14 +61,6 @@ class TurboQuantEncoding(Encoding):
         return self.doc_bits - (self.variant == "prod")
 
     @property
-    def doc_planes(self) -> int:
-        return 0
-
-    @property
-    def query_planes(self) -> int:
-        return 0
-
-    @property
     def scan_kernels(self) -> tuple[str, ...]:
         return ("turboquant",)
 
